@@ -1,0 +1,148 @@
+"""``hyset eval``: score one retrieval method on one split of a data set.
+
+    hyset eval --data SPEC --split NAME --method bm25|dense|fusion|hyset \
+        [--model DIR] [--encoder DIR] [--limit N] --out metrics.json [--force]
+
+Writes the design.md §5 metrics (``hyset_jax.metrics.evaluate``) as JSON and
+prints a one-line summary. ``--method hyset`` without ``--model`` scores the
+untrained HYSET built from the encoder's tool embeddings (P = I, M = 0), which
+ranks exactly like ``dense``: the baseline any training must beat.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from hyset_jax.errors import UserError
+
+METHODS = ("bm25", "dense", "fusion", "hyset")
+
+# Rankings are read to the deepest reported cut-off (COMP@5, NDCG@5).
+EVAL_DEPTH = 5
+
+
+def add_parser(subparsers: Any) -> None:
+  p = subparsers.add_parser(
+      "eval", help="score a retrieval method on a data split (design.md §5 metrics)",
+      description=__doc__.split("\n\n")[0])
+  p.add_argument("--data", required=True, metavar="SPEC",
+                 help="data set: beir:PATH, toolbench:PATH or bfcl")
+  p.add_argument("--split", required=True, metavar="NAME", help="split to score, e.g. test")
+  p.add_argument("--method", required=True, choices=METHODS)
+  p.add_argument("--model", metavar="DIR",
+                 help="hyset/1 model directory (--method hyset); default: untrained HYSET")
+  p.add_argument("--encoder", metavar="DIR",
+                 help="frozen encoder checkpoint directory (default: all-MiniLM-L6-v2)")
+  p.add_argument("--limit", type=int, metavar="N", help="score only the first N queries of the split")
+  p.add_argument("--out", required=True, metavar="FILE", help="where to write the metrics JSON")
+  p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+  p.set_defaults(func=run)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+  if args.model is not None and args.method != "hyset":
+    raise UserError(f"--model is only used with --method hyset, not --method {args.method}")
+  if args.encoder is not None and args.method == "bm25":
+    raise UserError("--encoder is not used by --method bm25 (it has no encoder)")
+  if args.limit is not None and args.limit < 1:
+    raise UserError(f"--limit must be >= 1, got {args.limit}")
+  out = Path(args.out)
+  if out.exists() and not args.force:
+    raise UserError(f"{out} exists; pass --force to overwrite it")
+  if out.exists() and out.is_dir():
+    raise UserError(f"--out {out} is a directory; give a file name such as {out / 'metrics.json'}")
+
+
+def _load_encoder(path: str | None) -> Any:
+  from hyset_jax.encoder import load_encoder
+  return load_encoder(model_dir=path)
+
+
+def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: Any) -> Any:
+  """A HysetRetriever from a ``hyset/1`` directory, checked against the data's library."""
+  from hyset_jax.modeldir import load_model_dir
+  from hyset_jax.retrievers import HysetRetriever
+  model = load_model_dir(path)
+  model_ids = tuple(model.tool_ids)
+  library = set(tools.ids)
+  shared = library.intersection(model_ids)
+  if not shared:
+    raise UserError(
+        f"model {path} shares no tool ids with the data set's library "
+        f"(model: {model_ids[:3]}..., data: {tools.ids[:3]}...); was it trained on another data set?")
+  missing = [t for t in tools.ids if t not in shared]
+  if missing:
+    print(f"warning: model {path} lacks {len(missing)} of the library's {len(tools)} tools "
+          f"(e.g. {', '.join(missing[:3])}); they can never be retrieved", file=sys.stderr)
+  encoder = _load_encoder(encoder_dir if encoder_dir is not None else model.query_encoder)
+  return HysetRetriever(model.params, model_ids, encoder,
+                        k1=model.k1, k_pool=model.k_pool, max_size=model.max_set_size)
+
+
+def build_retriever(method: str, tools: Any, *, model: str | None = None,
+                    encoder_dir: str | None = None) -> Any:
+  """The retriever ``--method`` names, over the data set's tool library."""
+  from hyset_jax import retrievers
+  if method == "bm25":
+    return retrievers.BM25Retriever(tools)
+  if method == "hyset" and model is not None:
+    return _hyset_from_model_dir(model, encoder_dir, tools)
+  encoder = _load_encoder(encoder_dir)
+  if method == "dense":
+    return retrievers.DenseRetriever(tools, encoder)
+  if method == "fusion":
+    # BM25 first: it breaks RRF ties.
+    return retrievers.FusionRetriever(
+        [retrievers.BM25Retriever(tools), retrievers.DenseRetriever(tools, encoder)])
+  if method == "hyset":
+    return retrievers.HysetRetriever.untrained(tools, encoder)
+  raise UserError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+
+
+def _write_json(path: Path, obj: dict) -> None:
+  # Write then rename, so an interrupted run never leaves a half-written file.
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_name(path.name + ".tmp")
+  tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+  os.replace(tmp, path)
+
+
+def summary_line(method: str, data: str, split: str, metrics: dict, seconds: float) -> str:
+  """One line: method, data, split, size and the headline metrics, as percentages."""
+  keys = ("recall@3", "recall@5", "ndcg@3", "ndcg@5", "comp@3", "comp@5", "set_f1")
+  parts = " ".join(f"{k}={100 * metrics[k]:.2f}" for k in keys)
+  return f"{method} {data} {split} n={metrics['n_queries']}: {parts} ({seconds:.1f}s)"
+
+
+def run(args: argparse.Namespace) -> int:
+  from hyset_jax.data.specs import load_dataset
+  from hyset_jax.metrics import evaluate
+
+  _check_args(args)
+  start = time.perf_counter()
+  dataset = load_dataset(args.data)
+  queries = dataset.split(args.split)
+  if args.limit is not None:
+    queries = queries[:args.limit]
+  if not queries:
+    raise UserError(f"split {args.split!r} of {args.data} has no queries to score")
+  no_gold = [q.id for q in queries if not q.gold]
+  if no_gold:
+    raise UserError(f"{len(no_gold)} queries of split {args.split!r} have no gold tools "
+                    f"(e.g. {', '.join(no_gold[:3])}); metrics are undefined for them")
+
+  retriever = build_retriever(args.method, dataset.tools, model=args.model,
+                              encoder_dir=args.encoder)
+  result = retriever.retrieve([q.text for q in queries], depth=EVAL_DEPTH)
+  metrics = evaluate(result.rankings, [q.gold for q in queries], result.sets)
+
+  out = Path(args.out)
+  _write_json(out, metrics)
+  print(summary_line(args.method, args.data, args.split, metrics, time.perf_counter() - start)
+        + f" -> {out}")
+  return 0
