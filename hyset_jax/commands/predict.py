@@ -1,0 +1,99 @@
+"""``hyset predict``: best tool set, greedy ranking and shortlist for each query (design.md §5).
+
+Output: one JSON object a line, in input order, with ``query_id``, ``set`` (tool ids),
+``set_score``, ``ranking`` (tool ids) and ``shortlist`` (tool ids, shortlist order).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+
+import numpy as np
+
+from hyset_jax.errors import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+  p = sub.add_parser("predict", help="predict tool sets with a hyset/1 model directory",
+                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--model", required=True, help="hyset/1 model directory")
+  src = p.add_mutually_exclusive_group(required=True)
+  src.add_argument("--queries", help="queries as JSONL in BEIR format ({_id, text})")
+  src.add_argument("--query-embeddings", help="float32 [Q, d_r] .npy; query_id = row index")
+  p.add_argument("--out", required=True, help="output JSONL")
+  p.add_argument("--k1", type=int, help="stage-1 size K1 (default: the manifest's)")
+  p.add_argument("--k-pool", type=int, help="shortlist size K_pool (default: the manifest's)")
+  p.add_argument("--max-size", type=int, help="largest set size M (≤ the manifest's)")
+  p.add_argument("--batch-size", type=int, default=256)
+  p.add_argument("--method", choices=("gather", "colex"), default="gather",
+                 help="subset-enumeration implementation (same answers)")
+  p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+  p.set_defaults(func=run)
+
+
+def load_query_embeddings(path: str | pathlib.Path, dim: int) -> np.ndarray:
+  """A float [Q, dim] .npy of finite values, as float32; UserError naming the fault otherwise."""
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise UserError(f"query embeddings file {path} does not exist")
+  try:
+    x = np.load(path, allow_pickle=False)
+  except (ValueError, OSError, EOFError) as e:
+    raise UserError(f"{path}: not a readable .npy array ({e})") from None
+  if x.ndim != 2 or not np.issubdtype(x.dtype, np.floating):
+    raise UserError(f"{path}: expected a float array [Q, {dim}], got {x.dtype} {x.shape}")
+  if x.shape[1] != dim:
+    raise UserError(f"{path}: query embeddings have dimension {x.shape[1]}, the model's "
+                    f"projection expects d_r = {dim}")
+  if x.shape[0] == 0:
+    raise UserError(f"{path}: no query embeddings (0 rows)")
+  bad = np.flatnonzero(~np.all(np.isfinite(x), axis=1))
+  if bad.size:
+    raise UserError(f"{path}: row {int(bad[0])} contains NaN or inf ({bad.size} bad rows)")
+  return x.astype(np.float32)
+
+
+def resolve_overrides(model, k1: int | None, k_pool: int | None, max_size: int | None):
+  """The (K1, K_pool, M) to use: command-line overrides on top of the manifest, validated."""
+  from hyset_jax.enumeration import validate_sizes
+  k1 = model.k1 if k1 is None else k1
+  k_pool = model.k_pool if k_pool is None else k_pool
+  max_size = model.max_set_size if max_size is None else max_size
+  if max_size > model.max_set_size:
+    raise UserError(f"--max-size {max_size} exceeds the model's max_set_size "
+                    f"{model.max_set_size} (it has interaction matrices up to "
+                    f"interaction_{model.max_set_size} only)")
+  validate_sizes(k_pool, max_size, k1=k1, num_tools=len(model.tool_ids))
+  return k1, k_pool, max_size
+
+
+def run(args: argparse.Namespace) -> int:
+  from hyset_jax import inference, io_utils, modeldir
+
+  out = io_utils.check_writable(args.out, args.force)
+  model = modeldir.load_model_dir(args.model)
+  k1, k_pool, max_size = resolve_overrides(model, args.k1, args.k_pool, args.max_size)
+  if args.query_embeddings:
+    emb = load_query_embeddings(args.query_embeddings, model.params.projection.shape[0])
+    query_ids = [str(i) for i in range(emb.shape[0])]
+  else:
+    from hyset_jax.encoding import encode_queries_file
+    query_ids, emb = encode_queries_file(args.queries, model.query_encoder,
+                                         model.params.projection.shape[0])
+  pred = inference.predict_batched(model.params, emb, k1=k1, k_pool=k_pool, max_size=max_size,
+                                   batch_size=args.batch_size, method=args.method,
+                                   progress=emb.shape[0] > 4 * args.batch_size)
+  ids = model.tool_ids
+  with io_utils.atomic_write(out) as f:
+    for q, qid in enumerate(query_ids):
+      row = {
+          "query_id": qid,
+          "set": [ids[t] for t in pred.set_tools[q] if t >= 0],
+          "set_score": float(pred.set_score[q]),
+          "ranking": [ids[t] for t in pred.ranking[q]],
+          "shortlist": [ids[t] for t in pred.shortlist[q]],
+      }
+      f.write(json.dumps(row, ensure_ascii=False) + "\n")
+  print(f"wrote {len(query_ids)} predictions to {out}")
+  return 0

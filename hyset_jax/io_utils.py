@@ -1,0 +1,48 @@
+"""Small file helpers shared by the commands: refuse to clobber, write atomically."""
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import tempfile
+
+from hyset_jax.errors import UserError
+
+
+def check_writable(path: str | os.PathLike, force: bool) -> pathlib.Path:
+  """Fail before any work if ``path`` exists (without ``force``) or its folder is unwritable."""
+  path = pathlib.Path(path)
+  if path.exists() and not force:
+    raise UserError(f"{path} already exists; pass --force to overwrite it")
+  parent = path.parent if str(path.parent) else pathlib.Path(".")
+  try:
+    parent.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise UserError(f"cannot create folder {parent}: {e.strerror}") from None
+  if not os.access(parent, os.W_OK):
+    raise UserError(f"folder {parent} is not writable")
+  return path
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8"):
+  """Open a temporary file beside ``path``; rename it over ``path`` only on success.
+
+  A crash or a full disk therefore never leaves a partial file under the final name.
+  """
+  path = pathlib.Path(path)
+  fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+  try:
+    with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
+      yield f
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except OSError as e:
+    with contextlib.suppress(OSError):
+      os.unlink(tmp)
+    raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+  except BaseException:
+    with contextlib.suppress(OSError):
+      os.unlink(tmp)
+    raise

@@ -1,0 +1,201 @@
+"""The ``hyset/1`` model directory (design.md §5): what ``hyset export`` writes and
+``hyset predict --model`` reads, also when another stack wrote it.
+
+Layout::
+
+  params.safetensors   tool_embeddings f32[N, d_z]   (unit rows)
+                       projection      f32[d_r, d_z]
+                       interaction_2 … interaction_M f32[d_z, d_z]  (symmetric)
+  manifest.json        {"format": "hyset/1", "tool_ids": [...N ids, row order...],
+                        "max_set_size": M, "k1": K1, "k_pool": K_pool, "query_encoder": "..."}
+
+Loading validates everything and raises :class:`UserError` naming the tensor or field at fault.
+Writing goes to a temporary directory renamed into place, so a killed export never leaves a
+half-written directory that looks complete, and never replaces an existing one unless asked.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import tempfile
+
+import numpy as np
+
+from hyset_jax.errors import UserError
+from hyset_jax.scoring import HysetParams
+
+FORMAT = "hyset/1"
+PARAMS_FILE = "params.safetensors"
+MANIFEST_FILE = "manifest.json"
+# Symmetry and unit-norm tolerances: loose enough for f32 round-trips through other stacks,
+# tight enough to catch a matrix that was never symmetrised or rows never normalised.
+SYMMETRY_RTOL = 1e-4
+NORM_ATOL = 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelDir:
+  params: HysetParams          # NumPy arrays
+  tool_ids: tuple[str, ...]
+  max_set_size: int
+  k1: int
+  k_pool: int
+  query_encoder: str
+  path: pathlib.Path | None = None
+
+  def manifest(self) -> dict:
+    return {"format": FORMAT, "tool_ids": list(self.tool_ids), "max_set_size": self.max_set_size,
+            "k1": self.k1, "k_pool": self.k_pool, "query_encoder": self.query_encoder}
+
+
+def _int_field(manifest: dict, name: str, where: pathlib.Path) -> int:
+  value = manifest.get(name)
+  if not isinstance(value, int) or isinstance(value, bool):
+    raise UserError(f"{where}: field {name!r} must be an integer, got {value!r}")
+  return value
+
+
+def validate(model: ModelDir, where: pathlib.Path | str = "model") -> None:
+  """Check shapes, finiteness, symmetry, unit rows and the shortlist sizes; UserError if not."""
+  from hyset_jax.enumeration import validate_sizes
+  z, p, ms = model.params
+  if z.ndim != 2:
+    raise UserError(f"{where}: tensor 'tool_embeddings' must be [N, d_z], got shape {z.shape}")
+  n, d_z = z.shape
+  if p.ndim != 2 or p.shape[1] != d_z:
+    raise UserError(f"{where}: tensor 'projection' must be [d_r, {d_z}] (d_z from "
+                    f"tool_embeddings), got shape {p.shape}")
+  for m in range(2, model.max_set_size + 1):
+    if ms[m - 2].shape != (d_z, d_z):
+      raise UserError(f"{where}: tensor 'interaction_{m}' must be [{d_z}, {d_z}], "
+                      f"got shape {ms[m - 2].shape}")
+  if len(model.tool_ids) != n:
+    raise UserError(f"{where}: manifest 'tool_ids' has {len(model.tool_ids)} ids but "
+                    f"'tool_embeddings' has {n} rows")
+  if len(set(model.tool_ids)) != n:
+    seen = set()
+    dup = next(t for t in model.tool_ids if t in seen or seen.add(t))
+    raise UserError(f"{where}: manifest 'tool_ids' repeats id {dup!r}; ids must be distinct")
+  for name, a in (("tool_embeddings", z), ("projection", p)):
+    if not np.all(np.isfinite(a)):
+      raise UserError(f"{where}: tensor {name!r} contains NaN or inf")
+  for m in range(2, model.max_set_size + 1):
+    a = ms[m - 2]
+    if not np.all(np.isfinite(a)):
+      raise UserError(f"{where}: tensor 'interaction_{m}' contains NaN or inf")
+    err = float(np.max(np.abs(a - a.T))) if a.size else 0.0
+    if err > SYMMETRY_RTOL * max(1.0, float(np.max(np.abs(a)))):
+      raise UserError(f"{where}: tensor 'interaction_{m}' is not symmetric (max |M - Mᵀ| = "
+                      f"{err:.3g}); HYSET interaction matrices must be symmetric")
+  norms = np.linalg.norm(z, axis=1)
+  bad = np.flatnonzero(np.abs(norms - 1.0) > NORM_ATOL)
+  if bad.size:
+    i = int(bad[0])
+    raise UserError(f"{where}: tensor 'tool_embeddings' row {i} (tool {model.tool_ids[i]!r}) "
+                    f"has norm {norms[i]:.4g}; hyset/1 requires unit rows ({bad.size} rows off)")
+  try:
+    validate_sizes(model.k_pool, model.max_set_size, k1=model.k1, num_tools=n)
+  except UserError as e:
+    raise UserError(f"{where}: manifest: {e}") from None
+
+
+def load_model_dir(path: str | os.PathLike) -> ModelDir:
+  """Read and validate a ``hyset/1`` directory. Returns NumPy float32 parameters."""
+  from safetensors import SafetensorError
+  from safetensors.numpy import load_file
+
+  path = pathlib.Path(path)
+  if not path.is_dir():
+    raise UserError(f"model directory {path} does not exist (expected {PARAMS_FILE} and "
+                    f"{MANIFEST_FILE} in it)")
+  for f in (PARAMS_FILE, MANIFEST_FILE):
+    if not (path / f).is_file():
+      raise UserError(f"model directory {path} has no {f}")
+  mpath = path / MANIFEST_FILE
+  try:
+    manifest = json.loads(mpath.read_text(encoding="utf-8"))
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise UserError(f"{mpath}: not valid JSON ({e})") from None
+  if not isinstance(manifest, dict):
+    raise UserError(f"{mpath}: expected a JSON object")
+  if manifest.get("format") != FORMAT:
+    raise UserError(f"{mpath}: field 'format' is {manifest.get('format')!r}; this version "
+                    f"reads {FORMAT!r}")
+  tool_ids = manifest.get("tool_ids")
+  if not isinstance(tool_ids, list) or not all(isinstance(t, str) for t in tool_ids):
+    raise UserError(f"{mpath}: field 'tool_ids' must be a list of strings")
+  max_set_size = _int_field(manifest, "max_set_size", mpath)
+  k1 = _int_field(manifest, "k1", mpath)
+  k_pool = _int_field(manifest, "k_pool", mpath)
+  query_encoder = manifest.get("query_encoder")
+  if not isinstance(query_encoder, str):
+    raise UserError(f"{mpath}: field 'query_encoder' must be a string")
+  if max_set_size < 2:
+    raise UserError(f"{mpath}: field 'max_set_size' must be ≥ 2, got {max_set_size}")
+
+  ppath = path / PARAMS_FILE
+  try:
+    tensors = load_file(str(ppath))
+  except (SafetensorError, OSError, ValueError) as e:
+    raise UserError(f"{ppath}: cannot read safetensors file ({e})") from None
+  expected = ["tool_embeddings", "projection"] + [
+      f"interaction_{m}" for m in range(2, max_set_size + 1)]
+  for name in expected:
+    if name not in tensors:
+      raise UserError(f"{ppath}: missing tensor {name!r} (max_set_size = {max_set_size} needs "
+                      f"{', '.join(expected)})")
+  extra = sorted(set(tensors) - set(expected))
+  if extra:
+    raise UserError(f"{ppath}: unexpected tensor(s) {', '.join(map(repr, extra))} for "
+                    f"max_set_size = {max_set_size}")
+  for name in expected:
+    if not np.issubdtype(tensors[name].dtype, np.floating):
+      raise UserError(f"{ppath}: tensor {name!r} must be floating point, got {tensors[name].dtype}")
+  f32 = {k: np.asarray(v, np.float32) for k, v in tensors.items()}
+  if f32["tool_embeddings"].ndim != 2:
+    raise UserError(f"{ppath}: tensor 'tool_embeddings' must be [N, d_z], "
+                    f"got shape {f32['tool_embeddings'].shape}")
+  d_z = f32["tool_embeddings"].shape[1]
+  for m in range(2, max_set_size + 1):
+    if f32[f"interaction_{m}"].shape != (d_z, d_z):
+      raise UserError(f"{ppath}: tensor 'interaction_{m}' must be [{d_z}, {d_z}], "
+                      f"got shape {f32[f'interaction_{m}'].shape}")
+  params = HysetParams(
+      f32["tool_embeddings"], f32["projection"],
+      np.stack([f32[f"interaction_{m}"] for m in range(2, max_set_size + 1)]))
+  model = ModelDir(params, tuple(tool_ids), max_set_size, k1, k_pool, query_encoder, path)
+  validate(model, ppath)
+  return model
+
+
+def save_model_dir(path: str | os.PathLike, model: ModelDir, *, force: bool = False) -> pathlib.Path:
+  """Write ``model`` as a ``hyset/1`` directory.
+
+  An existing non-empty ``path`` is replaced only with ``force=True``.
+  """
+  from safetensors.numpy import save_file
+
+  path = pathlib.Path(path)
+  validate(model, path)
+  if path.exists() and (not path.is_dir() or any(path.iterdir())) and not force:
+    raise UserError(f"{path} exists and is not empty; pass --force to replace it")
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+  try:
+    z, p, ms = (np.asarray(a, np.float32) for a in model.params)
+    tensors = {"tool_embeddings": z, "projection": p}
+    tensors.update({f"interaction_{m}": np.ascontiguousarray(ms[m - 2])
+                    for m in range(2, model.max_set_size + 1)})
+    save_file(tensors, str(tmp / PARAMS_FILE))
+    (tmp / MANIFEST_FILE).write_text(json.dumps(model.manifest(), indent=1) + "\n",
+                                     encoding="utf-8")
+    if path.exists():
+      shutil.rmtree(path) if path.is_dir() else path.unlink()
+    os.replace(tmp, path)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+  return path

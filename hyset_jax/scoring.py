@@ -1,0 +1,141 @@
+"""The HYSET set score F(x, E) = F_set(E) + F_align(x, E) (paper Eq. 2-6), as pure functions.
+
+Notation (design.md §1): r = r(x) ∈ R^{d_r} the frozen query embedding, Z ∈ R^{N×d_z} the tool
+embeddings (unit rows), P ∈ R^{d_r×d_z} the projection, M_2..M_M ∈ R^{d_z×d_z} the symmetric
+cardinality-specific interaction matrices, stored stacked as ``interactions[m - 2]``.
+
+- ℓ(x, t) = rᵀ P z_t                                  (matching score, Eq. 5)
+- F_align(x, E) = Σ_k softmax_E(ℓ)_k ℓ_k              (Eq. 4-6)
+- F_set(E) = Σ_{a<b} z_aᵀ M_{|E|} z_b, 0 for |E| = 1  (Eq. 3)
+
+Candidate sets are padded to a fixed width with a boolean ``mask``; padding never changes a score.
+Every function here is pure and jit-friendly; shapes are in the docstrings.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class HysetParams(NamedTuple):
+  """θ = (Z, {M_m}, P) as a pytree of arrays.
+
+  Attributes:
+    tool_embeddings: Z, f32[N, d_z], unit rows.
+    projection: P, f32[d_r, d_z].
+    interactions: M_2..M_M stacked, f32[M - 1, d_z, d_z]; ``interactions[m - 2]`` is M_m.
+  """
+  tool_embeddings: jax.Array
+  projection: jax.Array
+  interactions: jax.Array
+
+  @property
+  def max_set_size(self) -> int:
+    return self.interactions.shape[0] + 1
+
+
+def tool_logits(query_emb: jax.Array, projection: jax.Array, tool_emb: jax.Array) -> jax.Array:
+  """ℓ(x, t) = r(x)ᵀ P z_t for every query and tool (Eq. 12).
+
+  Args:
+    query_emb: f32[B, d_r].
+    projection: f32[d_r, d_z].
+    tool_emb: f32[N, d_z].
+
+  Returns:
+    f32[B, N].
+
+  >>> import numpy as np
+  >>> tool_logits(np.eye(2), np.eye(2), np.array([[1., 0.], [0., 1.], [.6, .8]])).tolist()
+  [[1.0, 0.0, 0.6000000238418579], [0.0, 1.0, 0.800000011920929]]
+  """
+  return (query_emb @ projection) @ tool_emb.T
+
+
+def align_scores(logits: jax.Array, mask: jax.Array) -> jax.Array:
+  """F_align = Σ_k α_k ℓ_k with α = softmax over the members of each set (Eq. 4-6).
+
+  The softmax is shifted by each set's own maximum, so it is exact for any logit range.
+
+  Args:
+    logits: f32[..., m], ℓ of each member slot.
+    mask: bool[..., m], True for members, False for padding. Every set needs ≥ 1 member.
+
+  Returns:
+    f32[...].
+
+  >>> import numpy as np
+  >>> float(align_scores(np.array([2., 0., 99.]), np.array([True, True, False])))  # doctest: +ELLIPSIS
+  1.76159...
+  """
+  neg_inf = jnp.finfo(logits.dtype).min
+  shifted_max = jnp.max(jnp.where(mask, logits, neg_inf), axis=-1, keepdims=True)
+  w = jnp.where(mask, jnp.exp(jnp.where(mask, logits - shifted_max, 0.0)), 0.0)
+  return jnp.sum(w * jnp.where(mask, logits, 0.0), axis=-1) / jnp.sum(w, axis=-1)
+
+
+def interaction_scores(member_emb: jax.Array, member_keyed: jax.Array, mask: jax.Array) -> jax.Array:
+  """F_set = Σ_{a<b} z_aᵀ M z_b for padded sets, with M already applied to one side (Eq. 3).
+
+  Computed as ½ Σ_{a≠b} (z_a M)·z_b: for symmetric M this equals the sum over a<b, and the
+  gradient with respect to M, ½ Σ_{a≠b} z_a z_bᵀ, is itself symmetric, so gradient steps keep
+  the M_m symmetric without a projection.
+
+  Args:
+    member_emb: f32[..., m, d], z of each member slot.
+    member_keyed: f32[..., m, d], z M_{|E|} of each member slot (the set's own cardinality).
+    mask: bool[..., m].
+
+  Returns:
+    f32[...]; 0 for singletons.
+
+  >>> import numpy as np
+  >>> z = np.array([[1., 0.], [0., 1.], [1., 1.]])
+  >>> float(interaction_scores(z, z, np.array([True, True, True])))  # identity M: 0 + 1 + 1
+  2.0
+  """
+  gram = jnp.einsum("...ad,...bd->...ab", member_keyed, member_emb)
+  m = mask.shape[-1]
+  pair_mask = mask[..., :, None] & mask[..., None, :] & ~jnp.eye(m, dtype=bool)
+  return 0.5 * jnp.sum(jnp.where(pair_mask, gram, 0.0), axis=(-2, -1))
+
+
+def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
+               mask: jax.Array) -> jax.Array:
+  """F(x, E) for a batch of queries, each with its own candidate sets of tools from the library.
+
+  Args:
+    params: θ.
+    query_emb: f32[B, d_r].
+    members: int[B, C, m] tool rows of each candidate set; padding slots may hold any valid row.
+    mask: bool[B, C, m]; 1 ≤ Σ mask ≤ M for every set.
+
+  Returns:
+    f32[B, C].
+  """
+  z = params.tool_embeddings
+  emb = z[members]                                                   # [B, C, m, d]
+  logits = jnp.einsum("bd,bcmd->bcm", query_emb @ params.projection, emb)
+  # z M_k for every tool and cardinality once, then gather: N·(M-1)·d² work instead of
+  # B·C·m·(M-1)·d² when each slot is multiplied separately.
+  keyed_all = jnp.einsum("nd,kde->kne", z, params.interactions)      # [M-1, N, d]
+  size = jnp.sum(mask, axis=-1)                                      # [B, C]
+  card = jnp.clip(size - 2, 0, params.interactions.shape[0] - 1)
+  keyed = keyed_all[card[..., None], members]                        # [B, C, m, d]
+  return interaction_scores(emb, keyed, mask) + align_scores(logits, mask)
+
+
+def pair_matrices(member_emb: jax.Array, interactions: jax.Array) -> jax.Array:
+  """G_m[i, j] = z_iᵀ M_m z_j among the tools of a shortlist, for every cardinality m.
+
+  Args:
+    member_emb: f32[Q, K, d], the shortlist's tool embeddings.
+    interactions: f32[M - 1, d, d].
+
+  Returns:
+    f32[Q, M - 1, K, K], symmetric in the last two axes up to rounding.
+  """
+  keyed = jnp.einsum("qid,mde->qmie", member_emb, interactions)
+  return jnp.einsum("qmie,qje->qmij", keyed, member_emb)
