@@ -234,3 +234,58 @@ def test_eval_rejects_bad_flags(tmp_path, capsys):
   assert cli.main(base[:-4] + ["--split", "nope", "--method", "bm25", "--out",
                                str(tmp_path / "m.json")]) == 2
   assert "no split 'nope'" in capsys.readouterr().err
+
+
+@pytest.fixture
+def fake_encoder(monkeypatch, no_cache):
+  """``hyset eval`` with a bag-of-words encoder instead of MiniLM (seconds, not minutes)."""
+  from hyset_jax.commands import eval as eval_cmd
+  enc = FakeEncoder(["weather", "email", "search", "news", "stock", "music", "movie", "recipe",
+                     "translate", "currency", "flight", "hotel", "pad"])
+  enc.loaded = []  # the paths eval asked for
+
+  def load(path):
+    enc.loaded.append(path)
+    return enc
+  monkeypatch.setattr(eval_cmd, "_load_encoder", load)
+  return enc
+
+
+@needs_toollens
+@pytest.mark.skipif(not _have("hyset_jax.data.specs"), reason="data readers not built yet")
+def test_eval_every_method_wires_up(tmp_path, fake_encoder):
+  results = {}
+  for method in ("dense", "fusion", "hyset"):
+    out = tmp_path / f"{method}.json"
+    assert cli.main(["eval", "--data", f"beir:{TOOLLENS}", "--split", "test", "--method", method,
+                     "--limit", "20", "--out", str(out)]) == 0
+    results[method] = json.loads(out.read_text())
+    assert tuple(results[method]) == metrics.METRIC_KEYS
+  # Untrained HYSET (P = I, M = 0) ranks exactly like dense ...
+  for key in ("recall@3", "recall@5", "ndcg@3", "ndcg@5", "comp@3", "comp@5"):
+    assert results["hyset"][key] == results["dense"][key]
+  # ... but predicts its own set (the top tool alone), not dense's top 5.
+  assert results["hyset"]["set_recall"] <= results["dense"]["set_recall"]
+
+
+@needs_toollens
+@pytest.mark.skipif(not _have("hyset_jax.modeldir"), reason="model directory not built yet")
+def test_eval_hyset_from_a_model_directory(tmp_path, fake_encoder, capsys):
+  from hyset_jax import modeldir
+  from hyset_jax.data.specs import load_dataset
+  from hyset_jax.retrievers import HysetRetriever
+  tools = load_dataset(f"beir:{TOOLLENS}").tools
+  # M = 5 and 20 queries: the shapes of the test above, so predict compiles once.
+  untrained = HysetRetriever.untrained(tools, fake_encoder, max_set_size=5)
+  params = type(untrained.params)(*(np.asarray(a) for a in untrained.params))
+  modeldir.save_model_dir(tmp_path / "model", modeldir.ModelDir(
+      params=params, tool_ids=tools.ids, max_set_size=5, k1=15, k_pool=20,
+      query_encoder="fake-bow"))
+  base = ["eval", "--data", f"beir:{TOOLLENS}", "--split", "test", "--limit", "20"]
+  assert cli.main(base + ["--method", "hyset", "--model", str(tmp_path / "model"),
+                          "--out", str(tmp_path / "model.json")]) == 0
+  assert fake_encoder.loaded[-1] == "fake-bow"  # the manifest names the query encoder
+  assert cli.main(base + ["--method", "dense", "--out", str(tmp_path / "dense.json")]) == 0
+  from_dir = json.loads((tmp_path / "model.json").read_text())
+  dense = json.loads((tmp_path / "dense.json").read_text())
+  assert from_dir["recall@5"] == dense["recall@5"]

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from hyset_jax.data.types import ToolLibrary
 from hyset_jax.errors import UserError
 
 METHODS = ("bm25", "dense", "fusion", "hyset")
@@ -37,7 +37,8 @@ def add_parser(subparsers: Any) -> None:
   p.add_argument("--model", metavar="DIR",
                  help="hyset/1 model directory (--method hyset); default: untrained HYSET")
   p.add_argument("--encoder", metavar="DIR",
-                 help="frozen encoder checkpoint directory (default: all-MiniLM-L6-v2)")
+                 help="frozen encoder checkpoint directory (default: all-MiniLM-L6-v2; "
+                      "with --model, the query_encoder its manifest names)")
   p.add_argument("--limit", type=int, metavar="N", help="score only the first N queries of the split")
   p.add_argument("--out", required=True, metavar="FILE", help="where to write the metrics JSON")
   p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
@@ -52,9 +53,7 @@ def _check_args(args: argparse.Namespace) -> None:
   if args.limit is not None and args.limit < 1:
     raise UserError(f"--limit must be >= 1, got {args.limit}")
   out = Path(args.out)
-  if out.exists() and not args.force:
-    raise UserError(f"{out} exists; pass --force to overwrite it")
-  if out.exists() and out.is_dir():
+  if out.is_dir():
     raise UserError(f"--out {out} is a directory; give a file name such as {out / 'metrics.json'}")
 
 
@@ -63,7 +62,7 @@ def _load_encoder(path: str | None) -> Any:
   return load_encoder(model_dir=path)
 
 
-def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: Any) -> Any:
+def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary) -> Any:
   """A HysetRetriever from a ``hyset/1`` directory, checked against the data's library."""
   from hyset_jax.modeldir import load_model_dir
   from hyset_jax.retrievers import HysetRetriever
@@ -84,7 +83,7 @@ def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: Any) -> Any
                         k1=model.k1, k_pool=model.k_pool, max_size=model.max_set_size)
 
 
-def build_retriever(method: str, tools: Any, *, model: str | None = None,
+def build_retriever(method: str, tools: ToolLibrary, *, model: str | None = None,
                     encoder_dir: str | None = None) -> Any:
   """The retriever ``--method`` names, over the data set's tool library."""
   from hyset_jax import retrievers
@@ -104,14 +103,6 @@ def build_retriever(method: str, tools: Any, *, model: str | None = None,
   raise UserError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
 
 
-def _write_json(path: Path, obj: dict) -> None:
-  # Write then rename, so an interrupted run never leaves a half-written file.
-  path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_name(path.name + ".tmp")
-  tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
-  os.replace(tmp, path)
-
-
 def summary_line(method: str, data: str, split: str, metrics: dict, seconds: float) -> str:
   """One line: method, data, split, size and the headline metrics, as percentages."""
   keys = ("recall@3", "recall@5", "ndcg@3", "ndcg@5", "comp@3", "comp@5", "set_f1")
@@ -120,10 +111,12 @@ def summary_line(method: str, data: str, split: str, metrics: dict, seconds: flo
 
 
 def run(args: argparse.Namespace) -> int:
+  from hyset_jax import io_utils
   from hyset_jax.data.specs import load_dataset
   from hyset_jax.metrics import evaluate
 
   _check_args(args)
+  out = io_utils.check_writable(args.out, args.force)  # fail before minutes of encoding
   start = time.perf_counter()
   dataset = load_dataset(args.data)
   queries = dataset.split(args.split)
@@ -141,8 +134,8 @@ def run(args: argparse.Namespace) -> int:
   result = retriever.retrieve([q.text for q in queries], depth=EVAL_DEPTH)
   metrics = evaluate(result.rankings, [q.gold for q in queries], result.sets)
 
-  out = Path(args.out)
-  _write_json(out, metrics)
+  with io_utils.atomic_write(out) as f:
+    f.write(json.dumps(metrics, indent=2) + "\n")
   print(summary_line(args.method, args.data, args.split, metrics, time.perf_counter() - start)
         + f" -> {out}")
   return 0

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from hyset_jax.data.types import ToolLibrary
 from hyset_jax.retrievers.base import Retrieval, check_depth
 from hyset_jax.retrievers.dense import embed
 
@@ -36,7 +37,7 @@ class HysetRetriever:
     self.max_size = params.max_set_size if max_size is None else max_size
 
   @classmethod
-  def untrained(cls, tools: Any, encoder: Any, *, max_set_size: int = 5,
+  def untrained(cls, tools: ToolLibrary, encoder: Any, *, max_set_size: int = 5,
                 **settings: Any) -> HysetRetriever:
     """HYSET at its natural start: Z = tool embeddings, P = I, M_m = 0 (ranks like dense)."""
     from hyset_jax.model import init_params
