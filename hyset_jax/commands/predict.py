@@ -17,7 +17,7 @@ from hyset_jax.errors import UserError
 def add_parser(sub: argparse._SubParsersAction) -> None:
   p = sub.add_parser("predict", help="predict tool sets with a hyset/1 model directory",
                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--model", required=True, help="hyset/1 model directory")
+  p.add_argument("--model", required=True, help="hyset/1 model directory or `hyset train` workdir")
   src = p.add_mutually_exclusive_group(required=True)
   src.add_argument("--queries", help="queries as JSONL in BEIR format ({_id, text})")
   src.add_argument("--query-embeddings", help="float32 [Q, d_r] .npy; query_id = row index")
@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
   from hyset_jax import inference, io_utils, modeldir
 
   out = io_utils.check_writable(args.out, args.force)
-  model = modeldir.load_model_dir(args.model)
+  from hyset_jax.commands.export import best_model_dir
+  model = modeldir.load_model_dir(best_model_dir(args.model))
   k1, k_pool, max_size = resolve_overrides(model, args.k1, args.k_pool, args.max_size)
   if args.query_embeddings:
     emb = load_query_embeddings(args.query_embeddings, model.params.projection.shape[0])

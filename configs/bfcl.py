@@ -1,0 +1,14 @@
+"""BFCL (the data shipped in bfcl-eval): ~1.85k functions, ~2.5k answered queries, 1-5 calls.
+
+The default data set of `make demo`. Splits are the deterministic id-hash split (80/10/10).
+"""
+from hyset_jax.config import Config, DataConfig, ModelConfig, TrainConfig
+
+
+def get_config() -> Config:
+  return Config(
+      name="bfcl",
+      data=DataConfig(spec="bfcl"),
+      model=ModelConfig(max_set_size=5, k1=15, k_pool=20),
+      train=TrainConfig(batch_size=128, num_steps=600, learning_rate=3e-3, warmup_steps=50,
+                        k_neg=64, log_every=25, eval_every=100, checkpoint_every=100, patience=3))

@@ -1,0 +1,14 @@
+"""ToolLens (COLT's release; BEIR layout): 464 tools, 1-3 tools per query, official split.
+
+M = 3 is the largest gold set; the validation split is 10% of train, carved by query-id hash.
+"""
+from hyset_jax.config import Config, DataConfig, ModelConfig, TrainConfig
+
+
+def get_config() -> Config:
+  return Config(
+      name="toollens",
+      data=DataConfig(spec="beir:../shared/data/toollens"),
+      model=ModelConfig(max_set_size=3, k1=15, k_pool=20),
+      train=TrainConfig(batch_size=256, num_steps=3000, learning_rate=3e-3, warmup_steps=100,
+                        k_neg=64, eval_every=250, checkpoint_every=250, patience=4))

@@ -1,0 +1,31 @@
+"""``hyset train``: train HYSET on a data set; resumes automatically from the workdir."""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+  p = sub.add_parser("train", help="train HYSET (resumes from --workdir)", description=__doc__)
+  p.add_argument("--config", required=True,
+                 help="preset name in configs/ (tiny, bfcl, toollens, toolbench) or a .py file")
+  p.add_argument("--data", help="data spec; shorthand for --set data.spec=SPEC")
+  p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                 help="override a config field, e.g. --set train.batch_size=64 (repeatable)")
+  p.add_argument("--workdir", required=True)
+  p.add_argument("--no-progress", action="store_true")
+  p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+  from hyset_jax import config as config_lib
+  overrides = list(args.overrides) + ([f"data.spec={args.data}"] if args.data else [])
+  config = config_lib.resolve(args.config, overrides)  # fails before any device work
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+  for noisy in ("absl", "orbax", "jax"):  # Orbax logs every save at INFO
+    logging.getLogger(noisy).setLevel(logging.WARNING)
+  from hyset_jax.train import train_and_evaluate
+  summary = train_and_evaluate(config, args.workdir, progress=not args.no_progress)
+  print(json.dumps(summary, indent=1))
+  return 0

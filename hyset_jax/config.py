@@ -1,0 +1,219 @@
+"""Typed, validated training configuration with named presets and dotted overrides.
+
+Presets live in ``configs/<name>.py`` (each defines ``get_config() -> Config``); a path to
+such a file works too. ``--set train.batch_size=64`` style overrides are parsed against the
+field types, so a typo or a wrong type fails before any device work starts. The resolved
+config is written into the workdir as ``config.json``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.util
+import json
+import pathlib
+import typing
+from typing import Any, Literal
+
+from hyset_jax.errors import UserError
+
+CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / "configs"
+
+
+@dataclasses.dataclass
+class DataConfig:
+  spec: str = "bfcl"                  # a data spec (design.md §5)
+  train_split: str = "train"
+  val_split: str = "validation"       # carved from train when the data set has none
+  test_split: str = "test"
+  validation_fraction: float = 0.1
+  max_train_queries: int = 0          # 0 = all; > 0 keeps a deterministic prefix (tiny runs)
+  max_eval_queries: int = 0
+
+
+@dataclasses.dataclass
+class ModelConfig:
+  encoder: str = ""                   # sentence-transformers dir; "" = default MiniLM
+  max_set_size: int = 5               # M
+  k1: int = 15
+  k_pool: int = 20
+  # Ablations of paper §3.3: per-cardinality M_m (HYSET), one shared learned M,
+  # fixed identity M, or no F_set at all.
+  interaction: Literal["per_cardinality", "shared", "identity", "none"] = "per_cardinality"
+
+
+@dataclasses.dataclass
+class RewardConfig:
+  provider: Literal["none", "proxy", "file", "command"] = "none"
+  path: str = ""                      # rewards JSONL for provider=file
+  command: str = ""                   # shell command for provider=command
+  refresh_every: int = 20000          # T_ref steps (paper)
+  refresh_size: int = 5000            # N_sub queries per refresh (paper)
+
+
+@dataclasses.dataclass
+class TrainConfig:
+  seed: int = 0
+  batch_size: int = 256               # global; must divide evenly over devices and processes
+  num_steps: int = 2000
+  learning_rate: float = 3e-3
+  warmup_steps: int = 100
+  k_neg: int = 64                     # |C_i|, the gold set included
+  negative_mix: tuple[float, float, float] = (0.5, 0.3, 0.2)  # uniform, in-batch, hard
+  hard_neighbors: int = 8             # nearest neighbours considered per gold tool
+  eta: float = 0.0                    # η, weight of L_self (0 disables it)
+  interaction_l2: float = 1e-4        # λ
+  log_every: int = 50
+  eval_every: int = 250
+  checkpoint_every: int = 250
+  patience: int = 4                   # evaluations without a better val Recall@5
+  eval_batch_size: int = 256
+
+
+@dataclasses.dataclass
+class Config:
+  name: str = "custom"
+  data: DataConfig = dataclasses.field(default_factory=DataConfig)
+  model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+  train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+  rewards: RewardConfig = dataclasses.field(default_factory=RewardConfig)
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+  def to_json(self) -> str:
+    return json.dumps(self.to_dict(), indent=1, sort_keys=True)
+
+
+def validate(config: Config) -> Config:
+  """Cross-field checks, before any data is read or any device is touched."""
+  m, t = config.model, config.train
+  from hyset_jax.enumeration import validate_sizes
+  validate_sizes(m.k_pool, m.max_set_size, k1=m.k1)
+  mix = t.negative_mix
+  if len(mix) != 3 or any(x < 0 for x in mix) or abs(sum(mix) - 1) > 1e-6:
+    raise UserError(f"train.negative_mix must be three non-negative fractions summing to 1 "
+                    f"(uniform, in-batch, hard), got {mix}")
+  if t.k_neg < 2:
+    raise UserError(f"train.k_neg must be ≥ 2 (the gold set plus at least one negative), "
+                    f"got {t.k_neg}")
+  for name in ("batch_size", "num_steps", "log_every", "eval_every", "checkpoint_every",
+               "eval_batch_size", "hard_neighbors"):
+    if getattr(t, name) < 1:
+      raise UserError(f"train.{name} must be ≥ 1, got {getattr(t, name)}")
+  if t.learning_rate <= 0:
+    raise UserError(f"train.learning_rate must be > 0, got {t.learning_rate}")
+  if t.eta < 0 or t.interaction_l2 < 0:
+    raise UserError("train.eta and train.interaction_l2 must be ≥ 0")
+  if not 0 < config.data.validation_fraction < 1:
+    raise UserError(f"data.validation_fraction must be in (0, 1), got "
+                    f"{config.data.validation_fraction}")
+  r = config.rewards
+  if t.eta > 0 and r.provider == "none":
+    raise UserError("train.eta > 0 needs a reward provider: set rewards.provider to proxy, "
+                    "file or command")
+  if r.provider == "file" and not r.path:
+    raise UserError("rewards.provider=file needs rewards.path (a JSONL of query_id, tools, reward)")
+  if r.provider == "command" and not r.command:
+    raise UserError("rewards.provider=command needs rewards.command")
+  if r.refresh_every < 1 or r.refresh_size < 1:
+    raise UserError("rewards.refresh_every and rewards.refresh_size must be ≥ 1")
+  return config
+
+
+def presets() -> list[str]:
+  return sorted(p.stem for p in CONFIG_DIR.glob("*.py") if not p.stem.startswith("_"))
+
+
+def load_preset(name: str) -> Config:
+  """``configs/<name>.py`` (or a path to a .py file) → its ``get_config()``."""
+  path = pathlib.Path(name)
+  if path.suffix != ".py":
+    path = CONFIG_DIR / f"{name}.py"
+  if not path.is_file():
+    close = difflib.get_close_matches(name, presets(), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise UserError(f"unknown config {name!r}: presets are {', '.join(presets())}{hint}")
+  spec = importlib.util.spec_from_file_location(f"hyset_config_{path.stem}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config()
+  if not isinstance(config, Config):
+    raise UserError(f"{path}: get_config() must return hyset_jax.config.Config")
+  return config
+
+
+def _parse_value(text: str, kind: Any, key: str) -> Any:
+  origin = typing.get_origin(kind)
+  if origin is Literal:
+    choices = typing.get_args(kind)
+    if text not in choices:
+      raise UserError(f"--set {key}: {text!r} is not one of {', '.join(choices)}")
+    return text
+  if origin is tuple:
+    parts = [p for p in text.strip("()[] ").split(",") if p.strip()]
+    args = typing.get_args(kind)
+    if len(parts) != len(args):
+      raise UserError(f"--set {key}: expected {len(args)} comma-separated values, got {text!r}")
+    return tuple(_parse_value(p.strip(), a, key) for a, p in zip(args, parts))
+  try:
+    if kind is bool:
+      if text.lower() not in ("true", "false", "1", "0"):
+        raise ValueError
+      return text.lower() in ("true", "1")
+    if kind is int:
+      return int(text)
+    if kind is float:
+      return float(text)
+  except ValueError:
+    raise UserError(f"--set {key}: expected {kind.__name__}, got {text!r}") from None
+  return text
+
+
+def apply_overrides(config: Config, overrides: list[str]) -> Config:
+  """Apply ``section.field=value`` strings; unknown keys and wrong types are UserErrors."""
+  for item in overrides:
+    if "=" not in item:
+      raise UserError(f"--set expects key=value, got {item!r}")
+    key, text = item.split("=", 1)
+    node: Any = config
+    parts = key.strip().split(".")
+    for i, part in enumerate(parts):
+      fields = {f.name: f for f in dataclasses.fields(node)}
+      if part not in fields:
+        close = difflib.get_close_matches(part, fields, n=1)
+        hint = f"; did you mean {'.'.join(parts[:i] + [close[0]])!r}?" if close else ""
+        raise UserError(f"--set: unknown config key {key!r}{hint}")
+      if i == len(parts) - 1:
+        hints = typing.get_type_hints(type(node))
+        if dataclasses.is_dataclass(hints[part]):
+          raise UserError(f"--set: {key!r} is a section; set one of its fields")
+        setattr(node, part, _parse_value(text.strip(), hints[part], key))
+      else:
+        node = getattr(node, part)
+        if not dataclasses.is_dataclass(node):
+          raise UserError(f"--set: {'.'.join(parts[:i + 1])!r} is not a section")
+  return config
+
+
+def from_dict(data: dict[str, Any]) -> Config:
+  """Inverse of :meth:`Config.to_dict` (for a workdir's config.json)."""
+  def build(cls, values):
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+      if f.name in values:
+        v = values[f.name]
+        if dataclasses.is_dataclass(hints[f.name]):
+          v = build(hints[f.name], v)
+        elif typing.get_origin(hints[f.name]) is tuple:
+          v = tuple(v)
+        kwargs[f.name] = v
+    return cls(**kwargs)
+  return build(Config, data)
+
+
+def resolve(name: str, overrides: list[str] | None = None) -> Config:
+  """Preset + overrides, validated."""
+  return validate(apply_overrides(load_preset(name), overrides or []))
+

@@ -1,0 +1,60 @@
+"""The HYSET training objective (paper Eq. 8-10) as pure functions over pool scores.
+
+Scores come from :func:`hyset_jax.scoring.set_scores` over each query's candidate pool C_i,
+with the gold set E*_i at pool position 0. Losses are means over the batch (the paper writes
+sums; a mean keeps the learning rate independent of the batch size).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def retrieval_loss(pool_scores: jax.Array) -> jax.Array:
+  """L_ret = −log softmax_{C_i}(F)[E*_i], the gold set at position 0 (Eq. 8).
+
+  Args:
+    pool_scores: f32[B, K_neg].
+
+  Returns:
+    f32[] mean over the batch.
+
+  >>> import numpy as np
+  >>> round(float(retrieval_loss(np.zeros((2, 4)))), 4)  # uniform over 4: log 4
+  1.3863
+  """
+  return -jnp.mean(jax.nn.log_softmax(pool_scores, axis=-1)[:, 0])
+
+
+def self_training_loss(pool_scores: jax.Array, selected: jax.Array, reward: jax.Array) -> jax.Array:
+  """L_self = −ρ_i log softmax_{C_i}(F)[Ê_i] (Eq. 9).
+
+  Ê_i (``selected``) and ρ_i (``reward``) are held constant: no gradient flows through them.
+
+  Args:
+    pool_scores: f32[B, K_neg].
+    selected: int[B], pool position of Ê_i.
+    reward: f32[B], ρ_i ∈ [0, 1] (0 where no reward is known).
+
+  Returns:
+    f32[] mean over the batch.
+  """
+  selected = jax.lax.stop_gradient(selected)
+  reward = jax.lax.stop_gradient(reward)
+  logp = jnp.take_along_axis(jax.nn.log_softmax(pool_scores, axis=-1), selected[:, None], 1)[:, 0]
+  return -jnp.mean(reward * logp)
+
+
+def interaction_penalty(interactions: jax.Array) -> jax.Array:
+  """Σ_m ‖M_m‖²_F (the λ term of Eq. 10). f32[M−1, d, d] -> f32[]."""
+  return jnp.sum(jnp.square(interactions))
+
+
+def total_loss(pool_scores: jax.Array, selected: jax.Array, reward: jax.Array,
+               interactions: jax.Array, *, eta: float, l2: float) -> tuple[jax.Array, dict]:
+  """L = L_ret + η L_self + λ Σ‖M_m‖²_F (Eq. 10), with its parts for logging."""
+  l_ret = retrieval_loss(pool_scores)
+  l_self = self_training_loss(pool_scores, selected, reward)
+  reg = interaction_penalty(interactions)
+  loss = l_ret + eta * l_self + l2 * reg
+  return loss, {"loss": loss, "loss_ret": l_ret, "loss_self": l_self, "l2": reg}

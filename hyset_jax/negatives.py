@@ -1,0 +1,141 @@
+"""Candidate pools C_i = {E*_i} ∪ N_i for the retrieval loss (paper §2.4, design.md §2).
+
+|C_i| = K_neg distinct sets: the gold set first, then negatives drawn in the fixed proportion
+uniform / in-batch / hard (default 50% / 30% / 20%):
+
+- uniform: size-matched sets sampled uniformly from the |E*|-subsets of the library;
+- in-batch: the gold sets of the other queries of the (global) batch;
+- hard: E* with one or two tools replaced by nearest neighbours under the current Z.
+
+A source that cannot supply its share (a small batch, a tiny library) is topped up with uniform
+sets, first size-matched, then of any size ≤ M. The gold set is never a negative.
+
+Each pool depends only on (seed, step, global row), never on which process or device builds it,
+so a run gives the same pools on 1 device, 8 devices or several hosts.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from hyset_jax.errors import UserError
+
+
+class Pools(NamedTuple):
+  """members: int32[B, K_neg, M] tool rows (padding 0); mask: bool[B, K_neg, M];
+  source: int8[B, K_neg] — 0 gold, 1 uniform, 2 in-batch, 3 hard, 4 forced (Ê)."""
+  members: np.ndarray
+  mask: np.ndarray
+  source: np.ndarray
+
+
+GOLD, UNIFORM, IN_BATCH, HARD, FORCED = range(5)
+
+
+def split_counts(num_negatives: int, mix: Sequence[float]) -> tuple[int, int, int]:
+  """Negatives per source (uniform, in-batch, hard): in-batch and hard rounded to the nearest
+  count, uniform takes the rest.
+
+  >>> split_counts(63, (0.5, 0.3, 0.2))
+  (31, 19, 13)
+  """
+  n_batch = int(round(num_negatives * mix[1]))
+  n_hard = int(round(num_negatives * mix[2]))
+  n_hard = min(n_hard, num_negatives - n_batch)
+  return num_negatives - n_batch - n_hard, n_batch, n_hard
+
+
+def _uniform(rng: np.random.Generator, num_tools: int, size: int, count: int) -> list[tuple]:
+  """Up to ``count`` random ``size``-sets (sorted tuples), vectorised; may return fewer/dupes."""
+  draws = rng.integers(0, num_tools, size=(count, size))
+  draws.sort(axis=1)
+  ok = np.all(np.diff(draws, axis=1) > 0, axis=1) if size > 1 else np.ones(count, bool)
+  return [tuple(r) for r in draws[ok].tolist()]
+
+
+def _hard(rng: np.random.Generator, gold: tuple, neighbors: np.ndarray, count: int) -> list[tuple]:
+  """``count`` tries at E* with one or two members replaced by one of their nearest neighbours.
+
+  neighbors: int[|E*|, k] the k nearest tools of each gold member (excluding itself).
+  """
+  m = len(gold)
+  if m == 0 or neighbors.shape[1] == 0:
+    return []
+  g = np.asarray(gold)
+  n_swap = np.where(rng.random(count) < 0.5, 1, min(2, m))
+  out = []
+  for c in range(count):
+    pos = rng.choice(m, size=n_swap[c], replace=False)
+    new = g.copy()
+    new[pos] = neighbors[pos, rng.integers(0, neighbors.shape[1], size=n_swap[c])]
+    s = tuple(sorted(new.tolist()))
+    if len(set(s)) == m:
+      out.append(s)
+  return out
+
+
+def sample_pools(gold_sets: Sequence[tuple[int, ...]], rows: Sequence[int], *, num_tools: int,
+                 k_neg: int, max_size: int, mix: Sequence[float], neighbors: np.ndarray,
+                 seed: int, step: int, forced: Sequence[tuple[int, ...] | None] | None = None
+                 ) -> Pools:
+  """Candidate pools for the batch rows ``rows`` (indices into the global batch).
+
+  Args:
+    gold_sets: the gold set (sorted tool rows) of every query of the global batch.
+    rows: which of them to build pools for (this process's share).
+    num_tools: N.
+    k_neg: |C_i|.
+    max_size: M (padding width).
+    mix: fractions (uniform, in-batch, hard).
+    neighbors: int[B_global, M, k] nearest neighbours of each gold member under the current Z.
+    seed, step: with the global row, the only inputs to the random stream.
+    forced: per global row, a model-selected set Ê to include (L_self), or None.
+
+  Returns:
+    Pools for ``len(rows)`` queries; pool position 0 is the gold set.
+  """
+  b = len(rows)
+  members = np.zeros((b, k_neg, max_size), np.int32)
+  mask = np.zeros((b, k_neg, max_size), bool)
+  source = np.zeros((b, k_neg), np.int8)
+  for i, row in enumerate(rows):
+    rng = np.random.default_rng((seed, step, row))
+    gold = tuple(gold_sets[row])
+    pool: list[tuple] = [gold]
+    tags = [GOLD]
+    seen = {gold}
+
+    def add(cands, tag, limit):
+      added = 0
+      for s in cands:
+        if added >= limit or len(pool) >= k_neg:
+          break
+        if s not in seen:
+          seen.add(s)
+          pool.append(s)
+          tags.append(tag)
+          added += 1
+      return added
+
+    extra = forced[row] if forced is not None else None
+    if extra is not None and len(extra):
+      add([tuple(sorted(extra))], FORCED, 1)
+    n_uni, n_batch, n_hard = split_counts(k_neg - len(pool), mix)
+    others = [tuple(gold_sets[j]) for j in rng.permutation(len(gold_sets)) if j != row]
+    n_batch -= add(others, IN_BATCH, n_batch)
+    n_hard -= add(_hard(rng, gold, neighbors[row, :len(gold)], 4 * n_hard + 4), HARD, n_hard)
+    # Uniform, topping up what the other sources could not supply.
+    for size in [len(gold)] * 8 + list(range(1, max_size + 1)) * 8:
+      if len(pool) >= k_neg:
+        break
+      add(_uniform(rng, num_tools, size, 2 * (k_neg - len(pool)) + 4), UNIFORM, k_neg)
+    if len(pool) < k_neg:
+      raise UserError(f"cannot draw {k_neg} distinct candidate sets from a library of "
+                      f"{num_tools} tools with sets of size ≤ {max_size}; lower train.k_neg")
+    for j, s in enumerate(pool):
+      members[i, j, :len(s)] = s
+      mask[i, j, :len(s)] = True
+    source[i] = tags
+  return Pools(members, mask, source)

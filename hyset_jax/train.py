@@ -1,0 +1,552 @@
+"""Training HYSET (paper §2.4, Algorithm 1): ``train_and_evaluate(config, workdir)``.
+
+Data-parallel over every device: one ``jax.jit`` step over a named ``Mesh`` with the batch
+sharded on ``data`` and θ replicated (no ``pmap``). Several hosts join through
+``jax.distributed.initialize`` when the launcher's environment asks for it; each process builds
+the candidate pools of its share of the global batch, and pools depend only on
+(seed, step, global row), so results do not depend on the number of devices or processes.
+
+The workdir holds everything a run needs to resume or be used:
+
+  config.json          the resolved config (a rerun with a different one is refused)
+  checkpoints/<step>/  Orbax: θ, optimiser state and the loop state (best score, patience,
+                       reward cache); the newest good one is restored automatically
+  best/                the best model by validation Recall@5, as a hyset/1 model directory
+  final/               the parameters after the last step, likewise
+  metrics.jsonl        one line per log/eval step (process 0)
+  curves.png           training loss and validation Recall@5
+  test_metrics.json    the best model on the test split
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import math
+import os
+import pathlib
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from hyset_jax import config as config_lib
+from hyset_jax import inference, losses, metrics, model, modeldir, negatives, rewards, scoring
+from hyset_jax.errors import UserError
+
+log = logging.getLogger("hyset_jax.train")
+
+
+# --------------------------------------------------------------------------- data
+
+@dataclasses.dataclass(frozen=True)
+class QuerySet:
+  ids: tuple[str, ...]
+  texts: tuple[str, ...]
+  embeddings: np.ndarray            # f32[n, d_r]
+  gold: tuple[tuple[int, ...], ...]  # sorted tool rows
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingData:
+  tool_ids: tuple[str, ...]
+  tool_embeddings: np.ndarray       # f32[N, d_z], encoder output
+  query_encoder: str
+  splits: dict[str, QuerySet]
+
+
+def prepare_data(config: config_lib.Config) -> TrainingData:
+  """Read the data set, encode tools and queries with the frozen encoder (cached)."""
+  from hyset_jax.data.specs import load_dataset
+  from hyset_jax.data.splits import with_validation
+  from hyset_jax.encoder import encode_cached, load_encoder
+
+  c = config.data
+  dataset = load_dataset(c.spec, max_set_size=config.model.max_set_size)
+  if c.val_split not in dataset.splits:
+    dataset = with_validation(dataset, c.validation_fraction)
+  if len(dataset.tools) < config.model.k_pool:
+    raise UserError(f"{c.spec}: the tool library has {len(dataset.tools)} tools, fewer than "
+                    f"model.k_pool = {config.model.k_pool}; lower model.k_pool and model.k1")
+  encoder = load_encoder(config.model.encoder or None)
+  index = dataset.tools.index()
+  splits = {}
+  for name, limit in ((c.train_split, c.max_train_queries), (c.val_split, c.max_eval_queries),
+                      (c.test_split, c.max_eval_queries)):
+    queries = dataset.split(name)
+    if limit:
+      queries = queries[:limit]
+    missing = [q.id for q in queries if any(t not in index for t in q.gold)]
+    if missing:
+      raise UserError(f"{c.spec}: {len(missing)} {name} queries name gold tools missing from "
+                      f"the library, e.g. {missing[:3]}")
+    if not queries:
+      raise UserError(f"{c.spec}: split {name!r} has no queries")
+    log.info("encoding %d %s queries", len(queries), name)
+    emb = encode_cached(encoder, [q.text for q in queries])
+    splits[name] = QuerySet(tuple(q.id for q in queries), tuple(q.text for q in queries),
+                            np.asarray(emb, np.float32),
+                            tuple(tuple(sorted(index[t] for t in q.gold)) for q in queries))
+  log.info("encoding %d tools", len(dataset.tools))
+  tool_emb = np.asarray(encode_cached(encoder, dataset.tools.texts), np.float32)
+  return TrainingData(dataset.tools.ids, tool_emb, encoder.name, splits)
+
+
+# --------------------------------------------------------------------------- parameters
+
+def init_trainable(tool_embeddings: np.ndarray, query_dim: int, mc: config_lib.ModelConfig,
+                   seed: int) -> dict[str, jax.Array]:
+  """The trained leaves of θ for the configured interaction mode."""
+  p = model.init_params(tool_embeddings, query_dim, mc.max_set_size, jax.random.key(seed))
+  trainable = {"z": p.tool_embeddings, "p": p.projection}
+  if mc.interaction == "per_cardinality":
+    trainable["m"] = p.interactions
+  elif mc.interaction == "shared":
+    trainable["m"] = p.interactions[:1]
+  return trainable
+
+
+def materialize(trainable: dict[str, jax.Array], mc: config_lib.ModelConfig) -> scoring.HysetParams:
+  """Full θ (M_2..M_M) from the trained leaves: shared, identity and none are the ablations."""
+  z = trainable["z"]
+  d, k = z.shape[1], mc.max_set_size - 1
+  if mc.interaction == "per_cardinality":
+    ms = trainable["m"]
+  elif mc.interaction == "shared":
+    ms = jnp.broadcast_to(trainable["m"], (k, d, d))
+  elif mc.interaction == "identity":
+    ms = jnp.broadcast_to(jnp.eye(d, dtype=z.dtype), (k, d, d))
+  else:
+    ms = jnp.zeros((k, d, d), z.dtype)
+  return scoring.HysetParams(z, trainable["p"], ms)
+
+
+def project(trainable: dict[str, jax.Array]) -> dict[str, jax.Array]:
+  """The constraints after every update: unit rows of Z (Eq. 11), symmetric M_m."""
+  out = dict(trainable, z=model.normalize_rows(trainable["z"]))
+  if "m" in out:
+    out["m"] = 0.5 * (out["m"] + jnp.swapaxes(out["m"], -1, -2))
+  return out
+
+
+class TrainState(NamedTuple):
+  trainable: dict[str, jax.Array]
+  opt_state: Any
+
+
+def make_optimizer(tc: config_lib.TrainConfig) -> optax.GradientTransformation:
+  schedule = optax.warmup_cosine_decay_schedule(
+      0.0, tc.learning_rate, min(tc.warmup_steps, max(1, tc.num_steps - 1)), tc.num_steps,
+      end_value=0.05 * tc.learning_rate)
+  return optax.chain(optax.clip_by_global_norm(1.0), optax.adam(schedule))
+
+
+def train_step(state: TrainState, batch: dict[str, jax.Array], *, mc: config_lib.ModelConfig,
+               tc: config_lib.TrainConfig, optimizer: optax.GradientTransformation
+               ) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One update on a global batch: ``(state, batch) -> (state, metrics)``.
+
+  batch: query f32[B, d_r], members int32[B, K_neg, M], mask bool[B, K_neg, M],
+  selected int32[B] (pool position of Ê), reward f32[B].
+  """
+  def loss_fn(trainable):
+    params = materialize(trainable, mc)
+    scores = scoring.set_scores(params, batch["query"], batch["members"], batch["mask"])
+    penalty_on = trainable.get("m", jnp.zeros((0,), params.tool_embeddings.dtype))
+    loss, parts = losses.total_loss(scores, batch["selected"], batch["reward"], penalty_on,
+                                    eta=tc.eta, l2=tc.interaction_l2)
+    parts["pool_acc"] = jnp.mean(jnp.argmax(scores, axis=-1) == 0)
+    return loss, parts
+
+  (_, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.trainable)
+  updates, opt_state = optimizer.update(grads, state.opt_state, state.trainable)
+  trainable = project(optax.apply_updates(state.trainable, updates))
+  parts["grad_norm"] = optax.tree.norm(grads)
+  return TrainState(trainable, opt_state), parts
+
+
+def make_step_fn(mesh: jax.sharding.Mesh, mc: config_lib.ModelConfig,
+                 tc: config_lib.TrainConfig, optimizer: optax.GradientTransformation):
+  """:func:`train_step` jitted over ``mesh``: θ replicated, batch rows sharded on ``data``."""
+  replicated = NamedSharding(mesh, P())
+  rows = NamedSharding(mesh, P("data"))
+  return jax.jit(functools.partial(train_step, mc=mc, tc=tc, optimizer=optimizer),
+                 in_shardings=(replicated, rows), out_shardings=(replicated, replicated),
+                 donate_argnums=(0,))
+
+
+@functools.partial(jax.jit, static_argnames=("k",))
+def gold_neighbors(z: jax.Array, gold: jax.Array, k: int) -> jax.Array:
+  """The k nearest tools (cosine under Z) of every gold member. int[B, M] -> int32[B, M, k]."""
+  sims = z[gold] @ z.T                                                 # [B, M, N]
+  sims = jnp.where(jnp.arange(z.shape[0]) == gold[..., None], -jnp.inf, sims)
+  return jax.lax.top_k(sims, k)[1].astype(jnp.int32)
+
+
+# --------------------------------------------------------------------------- distribution
+
+def maybe_initialize_distributed() -> None:
+  """Join a multi-process job when the launcher's environment asks for it.
+
+  ``JAX_COORDINATOR_ADDRESS`` + ``JAX_NUM_PROCESSES`` + ``JAX_PROCESS_ID`` (set by
+  ``launch/local.py`` and the cluster templates), or ``HYSET_DISTRIBUTED=auto`` to let JAX
+  detect SLURM / Cloud TPU / Kubernetes itself.
+  """
+  if jax.distributed.is_initialized():
+    return
+  if os.environ.get("JAX_COORDINATOR_ADDRESS"):
+    jax.distributed.initialize(
+        coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+        num_processes=int(os.environ.get("JAX_NUM_PROCESSES", "1")),
+        process_id=int(os.environ.get("JAX_PROCESS_ID", "0")),
+        initialization_timeout=int(os.environ.get("HYSET_INIT_TIMEOUT_S", "120")))
+  elif os.environ.get("HYSET_DISTRIBUTED") == "auto":
+    jax.distributed.initialize()
+
+
+def make_mesh(num_devices: int | None = None) -> jax.sharding.Mesh:
+  """A 1-D ``data`` mesh over the first ``num_devices`` devices (default: all, every host)."""
+  devices = jax.devices()
+  if num_devices is not None:
+    devices = devices[:num_devices]
+  return jax.sharding.Mesh(np.asarray(devices), ("data",))
+
+
+def _global(local: np.ndarray, sharding: NamedSharding, global_rows: int) -> jax.Array:
+  return jax.make_array_from_process_local_data(sharding, local,
+                                                (global_rows,) + local.shape[1:])
+
+
+# --------------------------------------------------------------------------- the loop
+
+def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
+  return np.random.default_rng((seed, 0x5EED, epoch)).permutation(n)
+
+
+def batch_indices(seed: int, step: int, batch_size: int, n: int) -> np.ndarray:
+  """Training-query rows of a global batch: epochs of fresh permutations, stateless in step."""
+  flat = step * batch_size + np.arange(batch_size)
+  out = np.empty(batch_size, np.int64)
+  for epoch in np.unique(flat // n):
+    sel = flat // n == epoch
+    out[sel] = epoch_permutation(seed, int(epoch), n)[flat[sel] % n]
+  return out
+
+
+def evaluate_split(params: scoring.HysetParams, qs: QuerySet, tool_ids: tuple[str, ...],
+                   mc: config_lib.ModelConfig, batch_size: int) -> dict[str, float]:
+  """design.md §5 metrics of the two-stage path on one split."""
+  pred = inference.predict_batched(jax.device_get(params), qs.embeddings, k1=mc.k1,
+                                   k_pool=mc.k_pool, max_size=mc.max_set_size,
+                                   batch_size=batch_size)
+  ids = np.asarray(tool_ids, dtype=object)
+  rankings = [ids[r].tolist() for r in pred.ranking]
+  sets = [ids[t[:n]].tolist() for t, n in zip(pred.set_tools, pred.set_size)]
+  gold = [[tool_ids[t] for t in g] for g in qs.gold]
+  return metrics.evaluate(rankings, gold, sets)
+
+
+def refresh_rewards(provider, params, data: TrainingData, config: config_lib.Config,
+                    step: int) -> dict[int, tuple[tuple[int, ...], float]]:
+  """Score N_sub training queries' pools, take Ê = argmax (Eq. 7), ask the provider for ρ."""
+  tc, mc = config.train, config.model
+  train = data.splits[config.data.train_split]
+  rng = np.random.default_rng((tc.seed, 0xBEEF, step))
+  rows = rng.choice(len(train.ids), size=min(config.rewards.refresh_size, len(train.ids)),
+                    replace=False)
+  gold = [train.gold[r] for r in rows]
+  cache = {}
+  for start in range(0, len(rows), tc.eval_batch_size):
+    chunk = list(range(start, min(start + tc.eval_batch_size, len(rows))))
+    padded = np.zeros((len(gold), mc.max_set_size), np.int32)
+    for i, g in enumerate(gold):
+      padded[i, :len(g)] = g
+    nbrs = np.asarray(gold_neighbors(params.tool_embeddings, padded[chunk], tc.hard_neighbors))
+    nb = np.zeros((len(gold),) + nbrs.shape[1:], np.int32)
+    nb[chunk] = nbrs
+    pools = negatives.sample_pools(gold, chunk, num_tools=len(data.tool_ids), k_neg=tc.k_neg,
+                                   max_size=mc.max_set_size, mix=tc.negative_mix, neighbors=nb,
+                                   seed=tc.seed ^ 0xBEEF, step=step)
+    scores = np.asarray(scoring.set_scores(params, train.embeddings[rows[chunk]],
+                                           pools.members, pools.mask))
+    for i, j in enumerate(chunk):
+      best = int(np.argmax(scores[i]))
+      e_hat = tuple(int(t) for t in pools.members[i, best][pools.mask[i, best]])
+      r = int(rows[j])
+      rho = provider(train.ids[r], train.texts[r], [data.tool_ids[t] for t in e_hat],
+                     [data.tool_ids[t] for t in train.gold[r]])
+      cache[r] = (e_hat, float(rho))
+  return cache
+
+
+class _MetricsLog:
+  """metrics.jsonl, written by process 0; on resume, lines after the restored step are dropped."""
+
+  def __init__(self, path: pathlib.Path, resume_step: int):
+    self.path = path
+    self.enabled = jax.process_index() == 0
+    self.rows: list[dict] = []
+    if path.exists():
+      for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if row["step"] <= resume_step:
+          self.rows.append(row)
+    if self.enabled:
+      from hyset_jax.io_utils import atomic_write
+      with atomic_write(path) as f:
+        f.writelines(json.dumps(r) + "\n" for r in self.rows)
+
+  def write(self, row: dict) -> None:
+    self.rows.append(row)
+    if self.enabled:
+      with open(self.path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+def plot_curves(rows: list[dict], path: pathlib.Path) -> None:
+  """Training loss and validation Recall@5 against step, as a PNG."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  train = [r for r in rows if "loss" in r]
+  val = [r for r in rows if "val_recall@5" in r]
+  fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
+  ax[0].plot([r["step"] for r in train], [r["loss"] for r in train])
+  ax[0].set(xlabel="step", ylabel="training loss", title="L = L_ret + η L_self + λ‖M‖²")
+  for key in ("val_recall@5", "val_comp@5", "val_set_f1"):
+    ax[1].plot([r["step"] for r in val], [r[key] for r in val], marker="o", label=key[4:])
+  ax[1].set(xlabel="step", ylabel="validation", ylim=(0, 1), title="validation metrics")
+  ax[1].legend()
+  fig.tight_layout()
+  tmp = path.with_suffix(".tmp.png")
+  fig.savefig(tmp, dpi=110)
+  plt.close(fig)
+  os.replace(tmp, path)
+
+
+def _checkpoint_manager(workdir: pathlib.Path):
+  import orbax.checkpoint as ocp
+  return ocp.CheckpointManager(
+      workdir / "checkpoints",
+      options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True,
+                                           enable_async_checkpointing=False))
+
+
+def restore_latest(manager, abstract_state: TrainState) -> tuple[TrainState, dict] | None:
+  """The newest checkpoint that restores; broken newer ones are skipped with a warning."""
+  import orbax.checkpoint as ocp
+  for step in sorted(manager.all_steps(), reverse=True):
+    try:
+      restored = manager.restore(step, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(abstract_state), loop=ocp.args.JsonRestore()))
+      return restored["state"], restored["loop"]
+    except Exception as e:  # noqa: BLE001 - any failure means this step is unusable
+      log.warning("checkpoint step %d in %s is unreadable (%s: %s); trying an older one",
+                  step, manager.directory, type(e).__name__, str(e)[:200])
+  return None
+
+
+def _check_workdir(workdir: pathlib.Path, config: config_lib.Config) -> None:
+  try:
+    workdir.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise UserError(f"cannot create workdir {workdir}: {e.strerror}") from None
+  if not os.access(workdir, os.W_OK):
+    raise UserError(f"workdir {workdir} is not writable")
+  saved = workdir / "config.json"
+  if saved.exists():
+    previous = json.loads(saved.read_text())
+    if previous != json.loads(config.to_json()):
+      diff = sorted(f"{s}.{k}" for s in previous if isinstance(previous[s], dict)
+                    for k in previous[s] if previous[s][k] != config.to_dict()[s].get(k))
+      raise UserError(f"workdir {workdir} holds a run with a different config (differs in: "
+                      f"{', '.join(diff) or 'name'}); resume with the same config or use a "
+                      f"new workdir")
+
+
+def train_and_evaluate(config: config_lib.Config, workdir: str | os.PathLike, *,
+                       data: TrainingData | None = None, num_devices: int | None = None,
+                       progress: bool = True, stop_after: int | None = None) -> dict[str, Any]:
+  """Train, evaluate, checkpoint; resume automatically from the workdir.
+
+  Args:
+    config: a validated config.
+    workdir: where the run lives (see the module docstring).
+    data: already prepared data (default: read and encode ``config.data.spec``).
+    num_devices: use only the first n devices (tests compare 1 and 8).
+    progress: show a progress bar.
+    stop_after: stop (with a checkpoint) after this many steps of this invocation — for tests
+      of interrupted runs.
+
+  Returns:
+    Final summary: steps run, best step, best validation metrics, test metrics.
+  """
+  config_lib.validate(config)
+  maybe_initialize_distributed()
+  workdir = pathlib.Path(workdir)
+  tc, mc = config.train, config.model
+  _check_workdir(workdir, config)
+  n_dev = num_devices or jax.device_count()
+  if tc.batch_size % n_dev:
+    raise UserError(f"train.batch_size = {tc.batch_size} must be a multiple of the device "
+                    f"count ({n_dev})")
+  provider = rewards.make_provider(config.rewards.provider, config.rewards.path,
+                                   config.rewards.command)
+  data = data or prepare_data(config)
+  if jax.process_index() == 0:
+    (workdir / "config.json").write_text(config.to_json() + "\n")
+  train = data.splits[config.data.train_split]
+  val = data.splits[config.data.val_split]
+
+  mesh = make_mesh(num_devices)
+  replicated = NamedSharding(mesh, P())
+  rows_sharding = NamedSharding(mesh, P("data"))
+  optimizer = make_optimizer(tc)
+
+  def init():
+    trainable = init_trainable(data.tool_embeddings, train.embeddings.shape[1], mc, tc.seed)
+    return TrainState(trainable, optimizer.init(trainable))
+
+  state = jax.jit(init, out_shardings=replicated)()
+  step_fn = make_step_fn(mesh, mc, tc, optimizer)
+
+  manager = _checkpoint_manager(workdir)
+  loop = {"step": 0, "best_recall5": -1.0, "best_step": -1, "stale_evals": 0, "rewards": {}}
+  restored = restore_latest(manager, jax.eval_shape(lambda: state))
+  if restored is not None:
+    state, loop = restored
+    state = jax.device_put(state, replicated)
+    log.info("resumed from step %d", loop["step"])
+  reward_cache = {int(k): (tuple(v[0]), float(v[1])) for k, v in loop["rewards"].items()}
+  mlog = _MetricsLog(workdir / "metrics.jsonl", loop["step"])
+
+  # This process's rows of every global batch.
+  n_proc, pid = jax.process_count(), jax.process_index()
+  local = tc.batch_size // n_proc
+  local_rows = list(range(pid * local, (pid + 1) * local))
+
+  def save(step: int) -> None:
+    import orbax.checkpoint as ocp
+    loop_json = dict(loop, step=step,
+                     rewards={str(k): [list(v[0]), v[1]] for k, v in reward_cache.items()})
+    manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                               loop=ocp.args.JsonSave(loop_json)), force=True)
+    manager.wait_until_finished()
+
+  start = loop["step"]
+  bar = None
+  if progress and pid == 0:
+    from tqdm import tqdm
+    bar = tqdm(total=tc.num_steps, initial=start, desc=f"train {config.name}", unit="step")
+  t0, steps_run, done = time.time(), 0, start
+  interrupted = False
+  for step in range(start, tc.num_steps):
+    if stop_after is not None and steps_run >= stop_after:
+      interrupted = True
+      break
+    params = materialize(state.trainable, mc)
+    if provider is not None and step % config.rewards.refresh_every == 0:
+      reward_cache = refresh_rewards(provider, params, data, config, step)
+    idx = batch_indices(tc.seed, step, tc.batch_size, len(train.ids))
+    gold = [train.gold[i] for i in idx]
+    padded = np.zeros((len(idx), mc.max_set_size), np.int32)
+    for i, g in enumerate(gold):
+      padded[i, :len(g)] = g
+    nbrs = np.asarray(gold_neighbors(params.tool_embeddings, padded, tc.hard_neighbors))
+    forced = [reward_cache.get(int(i), (None, 0.0))[0] for i in idx]
+    pools = negatives.sample_pools(gold, local_rows, num_tools=len(data.tool_ids), k_neg=tc.k_neg,
+                                   max_size=mc.max_set_size, mix=tc.negative_mix,
+                                   neighbors=nbrs, seed=tc.seed, step=step, forced=forced)
+    selected = np.zeros(local, np.int32)
+    reward = np.zeros(local, np.float32)
+    for j, row in enumerate(local_rows):
+      e_hat, rho = reward_cache.get(int(idx[row]), (None, 0.0))
+      if e_hat is not None:
+        selected[j] = 0 if tuple(e_hat) == gold[row] else 1
+        reward[j] = rho
+    batch = {
+        "query": _global(train.embeddings[idx[local_rows]], rows_sharding, tc.batch_size),
+        "members": _global(pools.members, rows_sharding, tc.batch_size),
+        "mask": _global(pools.mask, rows_sharding, tc.batch_size),
+        "selected": _global(selected, rows_sharding, tc.batch_size),
+        "reward": _global(reward, rows_sharding, tc.batch_size),
+    }
+    state, parts = step_fn(state, batch)
+    steps_run += 1
+    loss = float(parts["loss"])
+    if not math.isfinite(loss):
+      raise UserError(f"non-finite training loss ({loss}) at step {step + 1}; the last good "
+                      f"checkpoint is step {manager.latest_step()} in {workdir / 'checkpoints'}. "
+                      f"Lower train.learning_rate or check the inputs")
+    done = step + 1
+    if bar is not None:
+      bar.update(1)
+      bar.set_postfix(loss=f"{loss:.4f}")
+    row = None
+    if done % tc.log_every == 0 or done == tc.num_steps:
+      row = {"step": done, **{k: float(v) for k, v in parts.items()},
+             "examples_per_s": steps_run * tc.batch_size / (time.time() - t0)}
+    if done % tc.eval_every == 0 or done == tc.num_steps:
+      params = materialize(state.trainable, mc)
+      vm = evaluate_split(params, val, data.tool_ids, mc, tc.eval_batch_size)
+      row = dict(row or {"step": done}, **{f"val_{k}": v for k, v in vm.items()})
+      if vm["recall@5"] > loop["best_recall5"]:
+        loop.update(best_recall5=vm["recall@5"], best_step=done, stale_evals=0)
+        if pid == 0:
+          export_params(params, data, mc, workdir / "best", force=True)
+      else:
+        loop["stale_evals"] += 1
+      log.info("step %d: val recall@5 %.4f comp@5 %.4f (best %.4f at %d)", done, vm["recall@5"],
+               vm["comp@5"], loop["best_recall5"], loop["best_step"])
+      if bar is not None:
+        bar.write(f"step {done}: loss {loss:.4f}  val R@5 {vm['recall@5']:.4f}  "
+                  f"C@5 {vm['comp@5']:.4f}  set F1 {vm['set_f1']:.4f}")
+    if row is not None:
+      mlog.write(row)
+    if done % tc.checkpoint_every == 0 or done == tc.num_steps:
+      save(done)
+    if loop["stale_evals"] > tc.patience:
+      log.info("early stop at step %d: no better val recall@5 for %d evaluations", done,
+               loop["stale_evals"])
+      save(done)
+      break
+  if bar is not None:
+    bar.close()
+  if interrupted:
+    save(done)
+    return {"interrupted_at": done}
+
+  if pid == 0:
+    export_params(materialize(state.trainable, mc), data, mc, workdir / "final", force=True)
+  summary = {"steps": int(manager.latest_step() or 0), "best_step": loop["best_step"],
+             "best_val_recall@5": loop["best_recall5"],
+             "train_seconds_this_run": round(time.time() - t0, 2)}
+  if pid == 0 and mlog.rows:
+    plot_curves(mlog.rows, workdir / "curves.png")
+  if (workdir / "best").exists() and config.data.test_split in data.splits:
+    best = modeldir.load_model_dir(workdir / "best")
+    tm = evaluate_split(best.params, data.splits[config.data.test_split], data.tool_ids, mc,
+                        tc.eval_batch_size)
+    summary["test"] = tm
+    if pid == 0:
+      (workdir / "test_metrics.json").write_text(json.dumps(tm, indent=1) + "\n")
+  return summary
+
+
+def export_params(params: scoring.HysetParams, data: TrainingData, mc: config_lib.ModelConfig,
+                  out: pathlib.Path, force: bool = False) -> pathlib.Path:
+  """Write θ as a hyset/1 model directory."""
+  host = scoring.HysetParams(*(np.asarray(a, np.float32) for a in jax.device_get(params)))
+  # Exact symmetry and unit rows for other stacks (the f32 projection leaves ~1e-7 residue).
+  host = host._replace(
+      tool_embeddings=host.tool_embeddings / np.linalg.norm(host.tool_embeddings, axis=1,
+                                                            keepdims=True),
+      interactions=0.5 * (host.interactions + np.swapaxes(host.interactions, 1, 2)))
+  md = modeldir.ModelDir(host, data.tool_ids, mc.max_set_size, mc.k1, mc.k_pool,
+                         data.query_encoder)
+  return modeldir.save_model_dir(out, md, force=force)

@@ -1,0 +1,211 @@
+"""Training: negatives, losses, sharded steps, resume, and a real run on the tiny config."""
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hyset_jax import config as config_lib
+from hyset_jax import losses, negatives, train
+from hyset_jax.errors import UserError
+
+
+def synthetic_data(n_tools=40, dim=16, n_queries=96, max_size=3, seed=0):
+  """Queries near the mean of their gold tools' embeddings: learnable, and no encoder needed."""
+  rng = np.random.default_rng(seed)
+  tools = rng.normal(size=(n_tools, dim)).astype(np.float32)
+  tools /= np.linalg.norm(tools, axis=1, keepdims=True)
+
+  def queries(n, salt):
+    r = np.random.default_rng((seed, salt))
+    gold = [tuple(sorted(r.choice(n_tools, r.integers(1, max_size + 1), replace=False).tolist()))
+            for _ in range(n)]
+    emb = np.stack([tools[list(g)].mean(0) + 0.3 * r.normal(size=dim) for g in gold])
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    return train.QuerySet(tuple(f"q{salt}_{i}" for i in range(n)), tuple("" for _ in range(n)),
+                          emb.astype(np.float32), tuple(gold))
+  return train.TrainingData(tuple(f"t{i}" for i in range(n_tools)), tools, "synthetic",
+                            {"train": queries(n_queries, 1), "validation": queries(32, 2),
+                             "test": queries(32, 3)})
+
+
+def small_config(rewards=None, **train_overrides):
+  c = config_lib.Config(name="test", rewards=rewards or config_lib.RewardConfig())
+  c.model = config_lib.ModelConfig(max_set_size=3, k1=4, k_pool=8)
+  c.train = config_lib.TrainConfig(batch_size=16, num_steps=12, learning_rate=1e-2,
+                                   warmup_steps=2, k_neg=12, log_every=2, eval_every=4,
+                                   checkpoint_every=4, patience=100, eval_batch_size=32)
+  for k, v in train_overrides.items():
+    setattr(c.train, k, v)
+  return config_lib.validate(c)
+
+
+# ------------------------------------------------------------------ negatives
+
+def test_pools_distinct_never_gold_and_in_proportion():
+  rng = np.random.default_rng(0)
+  n_tools, batch = 200, 64
+  gold = [tuple(sorted(rng.choice(n_tools, 3, replace=False).tolist())) for _ in range(batch)]
+  nbrs = rng.integers(0, n_tools, size=(batch, 3, 8)).astype(np.int32)
+  pools = negatives.sample_pools(gold, range(batch), num_tools=n_tools, k_neg=64, max_size=3,
+                                 mix=(0.5, 0.3, 0.2), neighbors=nbrs, seed=1, step=7)
+  counts = np.zeros(5)
+  for i in range(batch):
+    sets = [tuple(pools.members[i, j][pools.mask[i, j]]) for j in range(64)]
+    assert sets[0] == gold[i] and pools.source[i, 0] == negatives.GOLD
+    assert len(set(sets)) == 64                      # distinct
+    assert gold[i] not in sets[1:]                   # never the gold set as a negative
+    assert all(len(set(s)) == len(s) for s in sets)  # no repeated tool in a set
+    counts += np.bincount(pools.source[i], minlength=5)
+  frac = counts[1:4] / counts[1:4].sum()
+  np.testing.assert_allclose(frac, [31 / 63, 19 / 63, 13 / 63], atol=1e-9)
+  np.testing.assert_allclose(frac, [0.5, 0.3, 0.2], atol=0.015)
+  again = negatives.sample_pools(gold, range(batch), num_tools=n_tools, k_neg=64, max_size=3,
+                                 mix=(0.5, 0.3, 0.2), neighbors=nbrs, seed=1, step=7)
+  np.testing.assert_array_equal(again.members, pools.members)
+  # A process building only rows 10..19 gets exactly those rows' pools.
+  part = negatives.sample_pools(gold, range(10, 20), num_tools=n_tools, k_neg=64, max_size=3,
+                                mix=(0.5, 0.3, 0.2), neighbors=nbrs, seed=1, step=7)
+  np.testing.assert_array_equal(part.members, pools.members[10:20])
+
+
+def test_pools_top_up_and_refuse_impossible():
+  gold = [(0,), (1,)]
+  nbrs = np.zeros((2, 1, 0), np.int32)
+  pools = negatives.sample_pools(gold, [0], num_tools=6, k_neg=20, max_size=2,
+                                 mix=(0.5, 0.3, 0.2), neighbors=nbrs, seed=0, step=0)
+  sets = {tuple(pools.members[0, j][pools.mask[0, j]]) for j in range(20)}
+  assert len(sets) == 20   # 6 singletons + 15 pairs exist; sizes other than |E*| fill the pool
+  with pytest.raises(UserError, match="lower train.k_neg"):
+    negatives.sample_pools(gold, [0], num_tools=6, k_neg=30, max_size=2, mix=(0.5, 0.3, 0.2),
+                           neighbors=nbrs, seed=0, step=0)
+
+
+# ------------------------------------------------------------------ losses
+
+def test_self_training_gradient_treats_selection_and_reward_as_constants():
+  scores = jnp.array([[1.0, 2.0, 0.5], [0.0, -1.0, 3.0]])
+  selected = jnp.array([1, 2])
+  reward = jnp.array([0.7, 0.2])
+  g_scores, g_reward = jax.grad(losses.self_training_loss, argnums=(0, 2))(scores, selected, reward)
+  # Hand-derived: d/ds [−ρ log softmax(s)_Ê] / B = −ρ (onehot(Ê) − softmax(s)) / B.
+  want = -(reward[:, None] * (jax.nn.one_hot(selected, 3) - jax.nn.softmax(scores, -1))) / 2
+  np.testing.assert_allclose(g_scores, want, atol=1e-6)
+  np.testing.assert_array_equal(g_reward, 0.0)  # ρ is a constant, not a parameter
+  r = float(losses.retrieval_loss(scores))
+  assert r == pytest.approx(float(-jnp.mean(jax.nn.log_softmax(scores)[:, 0])))
+
+
+# ------------------------------------------------------------------ sharded step
+
+def test_one_step_on_eight_devices_equals_one_device():
+  assert jax.device_count() == 8
+  data = synthetic_data()
+  c = small_config(batch_size=16)
+  mc, tc = c.model, c.train
+  optimizer = train.make_optimizer(tc)
+  qs = data.splits["train"]
+  idx = np.arange(16)
+  gold = [qs.gold[i] for i in idx]
+  nbrs = np.zeros((16, 3, 4), np.int32)
+  pools = negatives.sample_pools(gold, range(16), num_tools=40, k_neg=12, max_size=3,
+                                 mix=tc.negative_mix, neighbors=nbrs, seed=0, step=0)
+  batch = {"query": qs.embeddings[idx], "members": pools.members, "mask": pools.mask,
+           "selected": np.zeros(16, np.int32), "reward": np.zeros(16, np.float32)}
+  out = []
+  for n in (1, 8):
+    mesh = train.make_mesh(n)
+    trainable = train.init_trainable(data.tool_embeddings, 16, mc, 0)
+    state = train.TrainState(trainable, optimizer.init(trainable))
+    step = train.make_step_fn(mesh, mc, tc, optimizer)
+    for _ in range(3):
+      state, metrics = step(state, batch)
+    assert len(state.trainable["z"].sharding.device_set) == n
+    out.append(jax.device_get(state.trainable))
+  for k in out[0]:
+    np.testing.assert_allclose(out[0][k], out[1][k], atol=1e-5)
+
+
+# ------------------------------------------------------------------ the loop
+
+def read_final(workdir):
+  from safetensors.numpy import load_file
+  return load_file(str(workdir / "final" / "params.safetensors"))
+
+
+def test_interrupted_run_resumes_to_the_same_parameters(tmp_path):
+  data = synthetic_data()
+  c = small_config()
+  full = train.train_and_evaluate(c, tmp_path / "full", data=data, progress=False)
+  assert full["steps"] == 12
+  part = train.train_and_evaluate(c, tmp_path / "split", data=data, progress=False, stop_after=6)
+  assert part == {"interrupted_at": 6}
+  assert not (tmp_path / "split" / "final").exists()
+  rest = train.train_and_evaluate(c, tmp_path / "split", data=data, progress=False)
+  assert rest["steps"] == 12
+  a, b = read_final(tmp_path / "full"), read_final(tmp_path / "split")
+  for k in a:
+    np.testing.assert_allclose(a[k], b[k], atol=1e-6, err_msg=k)
+  rows = [json.loads(line) for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in rows] == [2, 4, 6, 8, 10, 12]
+  # A different config on the same workdir is refused, not silently mixed.
+  other = small_config(learning_rate=0.5)
+  with pytest.raises(UserError, match="different config.*learning_rate"):
+    train.train_and_evaluate(other, tmp_path / "split", data=data, progress=False)
+
+
+def test_rewards_and_ablations_run(tmp_path):
+  data = synthetic_data()
+  c = small_config(config_lib.RewardConfig(provider="proxy", refresh_every=2, refresh_size=16),
+                   eta=0.5, num_steps=4)
+  out = train.train_and_evaluate(c, tmp_path / "proxy", data=data, progress=False)
+  rows = [json.loads(x) for x in (tmp_path / "proxy" / "metrics.jsonl").read_text().splitlines()]
+  assert any(r.get("loss_self", 0) > 0 for r in rows)
+  assert out["steps"] == 4
+  for mode in ("shared", "identity", "none"):
+    c = small_config(num_steps=2)
+    c.model.interaction = mode
+    train.train_and_evaluate(c, tmp_path / mode, data=data, progress=False)
+    m = read_final(tmp_path / mode)
+    if mode == "shared":
+      np.testing.assert_allclose(m["interaction_2"], m["interaction_3"])
+    elif mode == "identity":
+      np.testing.assert_array_equal(m["interaction_2"], np.eye(16))
+    else:
+      assert not np.any(m["interaction_3"])
+
+
+def test_tiny_config_learns_on_real_toollens(tmp_path, shared_data):
+  c = config_lib.resolve("tiny", [f"data.spec=beir:{shared_data / 'toollens'}"])
+  summary = train.train_and_evaluate(c, tmp_path / "tiny", progress=False)
+  rows = [json.loads(x) for x in (tmp_path / "tiny" / "metrics.jsonl").read_text().splitlines()]
+  losses_ = [r["loss"] for r in rows if "loss" in r]
+  assert losses_[-1] < 0.5 * losses_[0]
+  from hyset_jax.train import evaluate_split, prepare_data
+  from hyset_jax.model import init_params
+  data = prepare_data(c)
+  val = data.splits["validation"]
+  untrained = evaluate_split(init_params(data.tool_embeddings, val.embeddings.shape[1], 3), val,
+                             data.tool_ids, c.model, 64)
+  assert summary["best_val_recall@5"] > untrained["recall@5"] + 0.05
+  assert (tmp_path / "tiny" / "curves.png").stat().st_size > 1000
+  assert summary["test"]["n_queries"] == 128
+
+
+def test_config_errors_before_any_work():
+  with pytest.raises(UserError, match="unknown config key 'train.batch_sise'.*batch_size"):
+    config_lib.resolve("tiny", ["train.batch_sise=3"])
+  with pytest.raises(UserError, match="expected int"):
+    config_lib.resolve("tiny", ["train.batch_size=big"])
+  with pytest.raises(UserError, match="k1 must satisfy"):
+    config_lib.resolve("tiny", ["model.k1=10"])
+  with pytest.raises(UserError, match="k_neg must be"):
+    config_lib.resolve("tiny", ["train.k_neg=1"])
+  with pytest.raises(UserError, match="unknown config 'tinyy'.*did you mean 'tiny'"):
+    config_lib.resolve("tinyy")
+  with pytest.raises(UserError, match="needs a reward provider"):
+    config_lib.resolve("tiny", ["train.eta=0.5"])
+  c = config_lib.resolve("tiny", ["train.negative_mix=0.6,0.2,0.2", "model.interaction=shared"])
+  assert c.train.negative_mix == (0.6, 0.2, 0.2) and c.model.interaction == "shared"
+  assert config_lib.from_dict(json.loads(c.to_json())) == c
