@@ -54,6 +54,20 @@ def load_query_embeddings(path: str | pathlib.Path, dim: int) -> np.ndarray:
   return x.astype(np.float32)
 
 
+def encode_queries(path: str, encoder_name: str, dim: int) -> tuple[list[str], np.ndarray]:
+  """BEIR-format queries encoded with the model's query encoder (cached)."""
+  from hyset_jax.data import files
+  from hyset_jax.data.beir import read_queries
+  from hyset_jax.encoder import encode_cached, load_encoder
+  queries = read_queries(files.require_file(path, "queries file"))
+  encoder = load_encoder(encoder_name)
+  if encoder.dim != dim:
+    raise UserError(f"the query encoder {encoder_name!r} gives {encoder.dim}-d embeddings; the "
+                    f"model's projection expects d_r = {dim}")
+  emb = encode_cached(encoder, [text for text, _ in queries.values()])
+  return list(queries), np.asarray(emb, np.float32)
+
+
 def resolve_overrides(model, k1: int | None, k_pool: int | None, max_size: int | None):
   """The (K1, K_pool, M) to use: command-line overrides on top of the manifest, validated."""
   from hyset_jax.enumeration import validate_sizes
@@ -79,9 +93,8 @@ def run(args: argparse.Namespace) -> int:
     emb = load_query_embeddings(args.query_embeddings, model.params.projection.shape[0])
     query_ids = [str(i) for i in range(emb.shape[0])]
   else:
-    from hyset_jax.encoding import encode_queries_file
-    query_ids, emb = encode_queries_file(args.queries, model.query_encoder,
-                                         model.params.projection.shape[0])
+    query_ids, emb = encode_queries(args.queries, model.query_encoder,
+                                    model.params.projection.shape[0])
   pred = inference.predict_batched(model.params, emb, k1=k1, k_pool=k_pool, max_size=max_size,
                                    batch_size=args.batch_size, method=args.method,
                                    progress=emb.shape[0] > 4 * args.batch_size)

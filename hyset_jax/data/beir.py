@@ -40,7 +40,7 @@ def load_beir(path: str, name: str | None = None) -> Dataset:
         f"and qrels/<split>.tsv")
   tools = _read_corpus(files.require_file(
       os.path.join(root, "corpus.jsonl"), "BEIR corpus (corpus.jsonl)"))
-  queries = _read_queries(files.require_file(
+  queries = read_queries(files.require_file(
       os.path.join(root, "queries.jsonl"), "BEIR queries (queries.jsonl)"))
   qrels_dir = os.path.join(root, "qrels")
   by_split = {os.path.splitext(os.path.basename(f))[0]: f
@@ -98,7 +98,7 @@ def _read_corpus(path: str) -> ToolLibrary:
   return ToolLibrary(tuple(ids), tuple(texts), tuple(metadata))
 
 
-def _read_queries(path: str) -> dict[str, tuple[str, str]]:
+def read_queries(path: str) -> dict[str, tuple[str, str]]:
   """Query id -> (text, source), the source taken from ``metadata.source`` if any."""
   queries: dict[str, tuple[str, str]] = {}
   seen = files.UniqueIds("query")
