@@ -48,8 +48,9 @@ def tool_logits(query_emb: jax.Array, projection: jax.Array, tool_emb: jax.Array
     f32[B, N].
 
   >>> import numpy as np
-  >>> tool_logits(np.eye(2), np.eye(2), np.array([[1., 0.], [0., 1.], [.6, .8]])).tolist()
-  [[1.0, 0.0, 0.6000000238418579], [0.0, 1.0, 0.800000011920929]]
+  >>> np.round(tool_logits(np.eye(2), np.eye(2), np.array([[1., 0.], [0., 1.], [.6, .8]])), 3)
+  array([[1. , 0. , 0.6],
+         [0. , 1. , 0.8]])
   """
   return (query_emb @ projection) @ tool_emb.T
 

@@ -1,13 +1,8 @@
-"""Shared test setup: eight fake CPU devices, and the path to ../shared/data."""
-import os
+"""Shared test setup: the path to ../shared/data (fake devices: see ../conftest.py)."""
 import pathlib
 import sys
 
-# Before jax is imported anywhere: data-parallel code paths run on 8 fake CPU devices.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-import pytest  # noqa: E402
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SHARED_DATA = (REPO / ".." / "shared" / "data").resolve()
