@@ -217,6 +217,17 @@ def make_mesh(num_devices: int | None = None) -> jax.sharding.Mesh:
   return jax.sharding.Mesh(np.asarray(devices), ("data",))
 
 
+def process_rows(sharding: NamedSharding, global_rows: int) -> list[int]:
+  """The global batch rows this process supplies: the union of its devices' shards, which
+  for a 1-D ``data`` mesh over ``jax.devices()`` is one contiguous block per process."""
+  rows = sorted({i for idx in sharding.addressable_devices_indices_map((global_rows,)).values()
+                 for i in range(global_rows)[idx[0]]})
+  if rows != list(range(rows[0], rows[0] + len(rows))):
+    raise UserError(f"this process's devices hold non-contiguous batch rows {rows[:8]}…; "
+                    f"use a mesh whose process-local devices are adjacent")
+  return rows
+
+
 def _global(local: np.ndarray, sharding: NamedSharding, global_rows: int) -> jax.Array:
   return jax.make_array_from_process_local_data(sharding, local,
                                                 (global_rows,) + local.shape[1:])
@@ -292,8 +303,14 @@ class _MetricsLog:
     self.enabled = jax.process_index() == 0
     self.rows: list[dict] = []
     if path.exists():
-      for line in path.read_text().splitlines():
-        row = json.loads(line)
+      for n, line in enumerate(path.read_text().splitlines(), 1):
+        try:
+          row = json.loads(line)
+        except json.JSONDecodeError:
+          # A process killed mid-write leaves a torn last line; the steps after the restored
+          # checkpoint are replayed and logged again anyway.
+          log.warning("%s:%d: dropping a torn metrics line", path, n)
+          continue
         if row["step"] <= resume_step:
           self.rows.append(row)
     if self.enabled:
@@ -399,7 +416,10 @@ def train_and_evaluate(config: config_lib.Config, workdir: str | os.PathLike, *,
                                    config.rewards.command)
   data = data or prepare_data(config)
   if jax.process_index() == 0:
-    (workdir / "config.json").write_text(config.to_json() + "\n")
+    # Atomic: other processes of a multi-process job may be reading it in _check_workdir.
+    from hyset_jax.io_utils import atomic_write
+    with atomic_write(workdir / "config.json") as f:
+      f.write(config.to_json() + "\n")
   train = data.splits[config.data.train_split]
   val = data.splits[config.data.val_split]
 
@@ -417,7 +437,11 @@ def train_and_evaluate(config: config_lib.Config, workdir: str | os.PathLike, *,
 
   manager = _checkpoint_manager(workdir)
   loop = {"step": 0, "best_recall5": -1.0, "best_step": -1, "stale_evals": 0, "rewards": {}}
-  restored = restore_latest(manager, jax.eval_shape(lambda: state))
+  # The restore target carries the sharding explicitly: Orbax then restores onto this run's
+  # mesh, so a checkpoint saved by a different process/device layout still resumes.
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
+                          state)
+  restored = restore_latest(manager, abstract)
   if restored is not None:
     state, loop = restored
     state = jax.device_put(state, replicated)
@@ -425,13 +449,21 @@ def train_and_evaluate(config: config_lib.Config, workdir: str | os.PathLike, *,
   reward_cache = {int(k): (tuple(v[0]), float(v[1])) for k, v in loop["rewards"].items()}
   mlog = _MetricsLog(workdir / "metrics.jsonl", loop["step"])
 
-  # This process's rows of every global batch.
-  n_proc, pid = jax.process_count(), jax.process_index()
-  local = tc.batch_size // n_proc
-  local_rows = list(range(pid * local, (pid + 1) * local))
+  # This process's rows of every global batch: the block its devices hold under the ``data``
+  # sharding (what make_array_from_process_local_data expects it to supply).
+  pid = jax.process_index()
+  local_rows = process_rows(rows_sharding, tc.batch_size)
+  local = len(local_rows)
+
+  saved_steps = set(manager.all_steps())
 
   def save(step: int) -> None:
     import orbax.checkpoint as ocp
+    # A step already saved (checkpoint_every, then early stop or stop_after on the same step)
+    # is not saved twice: Orbax refuses an existing step.
+    if step in saved_steps:
+      return
+    saved_steps.add(step)
     loop_json = dict(loop, step=step,
                      rewards={str(k): [list(v[0]), v[1]] for k, v in reward_cache.items()})
     manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
@@ -528,6 +560,10 @@ def train_and_evaluate(config: config_lib.Config, workdir: str | os.PathLike, *,
              "train_seconds_this_run": round(time.time() - t0, 2)}
   if pid == 0 and mlog.rows:
     plot_curves(mlog.rows, workdir / "curves.png")
+  if jax.process_count() > 1:
+    # Process 0 wrote best/ and final/; every process reads best/ below.
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices("hyset_train_exports_written")
   if (workdir / "best").exists() and config.data.test_split in data.splits:
     best = modeldir.load_model_dir(workdir / "best")
     tm = evaluate_split(best.params, data.splits[config.data.test_split], data.tool_ids, mc,
