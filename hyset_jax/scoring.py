@@ -104,26 +104,48 @@ def interaction_scores(member_emb: jax.Array, member_keyed: jax.Array, mask: jax
 
 
 def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
-               mask: jax.Array) -> jax.Array:
+               mask: jax.Array, method: str = "auto") -> jax.Array:
   """F(x, E) for a batch of queries, each with its own candidate sets of tools from the library.
+
+  Two evaluation orders of the same sums, picked by cost (``method="auto"``):
+
+  - ``"gram"``: ℓ for every tool and the library Gram matrices Z M_m Zᵀ once, then gather
+    scalars per member and pair. Cost ~ (M−1)·N²·d, independent of the batch: the fast
+    choice for small libraries (ToolLens: N = 464), whose backward pass scatters scalars.
+  - ``"gather"``: gather each member's z and z M_{|E|}, then contract. Cost ~ B·C·m·d plus
+    (M−1)·N·d², for large libraries where an N×N Gram matrix would not fit.
 
   Args:
     params: θ.
     query_emb: f32[B, d_r].
     members: int[B, C, m] tool rows of each candidate set; padding slots may hold any valid row.
     mask: bool[B, C, m]; 1 ≤ Σ mask ≤ M for every set.
+    method: ``"auto"``, ``"gram"`` or ``"gather"``.
 
   Returns:
     f32[B, C].
   """
   z = params.tool_embeddings
+  n, d = z.shape
+  b, c, m = members.shape
+  k = params.interactions.shape[0]
+  if method == "auto":
+    method = "gram" if k * n * n <= 2 * b * c * m * d else "gather"
+  size = jnp.sum(mask, axis=-1)                                      # [B, C]
+  card = jnp.clip(size - 2, 0, k - 1)
+  if method == "gram":
+    logits_all = (query_emb @ params.projection) @ z.T                 # [B, N]
+    logits = jnp.take_along_axis(logits_all, members.reshape(b, c * m), 1).reshape(b, c, m)
+    gram = jnp.einsum("nd,kde,me->knm", z, params.interactions, z)     # [M-1, N, N]
+    pair = gram[card[..., None, None], members[..., :, None], members[..., None, :]]
+    pair_mask = mask[..., :, None] & mask[..., None, :] & ~jnp.eye(m, dtype=bool)
+    f_set = 0.5 * jnp.sum(jnp.where(pair_mask, pair, 0.0), axis=(-2, -1))
+    return f_set + align_scores(logits, mask)
+  if method != "gather":
+    raise ValueError(f"unknown set_scores method {method!r}")
   emb = z[members]                                                   # [B, C, m, d]
   logits = jnp.einsum("bd,bcmd->bcm", query_emb @ params.projection, emb)
-  # z M_k for every tool and cardinality once, then gather: N·(M-1)·d² work instead of
-  # B·C·m·(M-1)·d² when each slot is multiplied separately.
   keyed_all = jnp.einsum("nd,kde->kne", z, params.interactions)      # [M-1, N, d]
-  size = jnp.sum(mask, axis=-1)                                      # [B, C]
-  card = jnp.clip(size - 2, 0, params.interactions.shape[0] - 1)
   keyed = keyed_all[card[..., None], members]                        # [B, C, m, d]
   return interaction_scores(emb, keyed, mask) + align_scores(logits, mask)
 

@@ -171,6 +171,8 @@ def test_padding_never_changes_a_score():
   wide_m = np.concatenate([members, np.zeros((2, 2, 3), int)], axis=2)
   wide_k = np.concatenate([mask, np.zeros((2, 2, 3), bool)], axis=2)
   np.testing.assert_allclose(scoring.set_scores(params, r, wide_m, wide_k), base, atol=1e-6)
+  for method in ("gram", "gather"):   # both evaluation orders, padding included
+    np.testing.assert_allclose(scoring.set_scores(params, r, junk, mask, method), base, atol=1e-5)
   for b in range(2):
     for c in range(2):
       e = tuple(members[b, c][mask[b, c]])
