@@ -59,21 +59,23 @@ def _hard(rng: np.random.Generator, gold: tuple, neighbors: np.ndarray, count: i
   """``count`` tries at E* with one or two members replaced by one of their nearest neighbours.
 
   neighbors: int[|E*|, k] the k nearest tools of each gold member (excluding itself).
+  Vectorised over the tries; tries that repeat a tool are dropped.
   """
   m = len(gold)
-  if m == 0 or neighbors.shape[1] == 0:
+  if m == 0 or neighbors.shape[1] == 0 or count == 0:
     return []
-  g = np.asarray(gold)
-  n_swap = np.where(rng.random(count) < 0.5, 1, min(2, m))
-  out = []
-  for c in range(count):
-    pos = rng.choice(m, size=n_swap[c], replace=False)
-    new = g.copy()
-    new[pos] = neighbors[pos, rng.integers(0, neighbors.shape[1], size=n_swap[c])]
-    s = tuple(sorted(new.tolist()))
-    if len(set(s)) == m:
-      out.append(s)
-  return out
+  rows = np.arange(count)
+  new = np.tile(np.asarray(gold), (count, 1))
+  first = rng.integers(0, m, count)
+  new[rows, first] = neighbors[first, rng.integers(0, neighbors.shape[1], count)]
+  if m >= 2:
+    two = rng.random(count) < 0.5
+    second = (first + rng.integers(1, m, count)) % m              # a different position
+    pick = neighbors[second, rng.integers(0, neighbors.shape[1], count)]
+    new[rows[two], second[two]] = pick[two]
+  new.sort(axis=1)
+  ok = np.all(np.diff(new, axis=1) > 0, axis=1) if m > 1 else np.ones(count, bool)
+  return [tuple(r) for r in new[ok].tolist()]
 
 
 def sample_pools(gold_sets: Sequence[tuple[int, ...]], rows: Sequence[int], *, num_tools: int,
@@ -123,7 +125,9 @@ def sample_pools(gold_sets: Sequence[tuple[int, ...]], rows: Sequence[int], *, n
     if extra is not None and len(extra):
       add([tuple(sorted(extra))], FORCED, 1)
     n_uni, n_batch, n_hard = split_counts(k_neg - len(pool), mix)
-    others = [tuple(gold_sets[j]) for j in rng.permutation(len(gold_sets)) if j != row]
+    # Other queries' gold sets, in random order; a few spares cover duplicates.
+    picks = rng.choice(len(gold_sets), size=min(len(gold_sets), 2 * n_batch + 2), replace=False)
+    others = [tuple(gold_sets[j]) for j in picks if j != row]
     n_batch -= add(others, IN_BATCH, n_batch)
     n_hard -= add(_hard(rng, gold, neighbors[row, :len(gold)], 4 * n_hard + 4), HARD, n_hard)
     # Uniform, topping up what the other sources could not supply.
@@ -134,8 +138,8 @@ def sample_pools(gold_sets: Sequence[tuple[int, ...]], rows: Sequence[int], *, n
     if len(pool) < k_neg:
       raise UserError(f"cannot draw {k_neg} distinct candidate sets from a library of "
                       f"{num_tools} tools with sets of size ≤ {max_size}; lower train.k_neg")
-    for j, s in enumerate(pool):
-      members[i, j, :len(s)] = s
-      mask[i, j, :len(s)] = True
+    lengths = np.fromiter(map(len, pool), np.int64, len(pool))
+    mask[i] = np.arange(max_size) < lengths[:, None]
+    members[i][mask[i]] = np.fromiter((t for s in pool for t in s), np.int32, int(lengths.sum()))
     source[i] = tags
   return Pools(members, mask, source)
