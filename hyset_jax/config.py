@@ -37,6 +37,9 @@ class ModelConfig:
   max_set_size: int = 5               # M
   k1: int = 15
   k_pool: int = 20
+  # P starts as init_scale · I: the dense ranking, with logits cos/0.05 instead of cos, so the
+  # softmaxes of F_align and of the loss are not flat at the start (see model.init_params).
+  init_scale: float = 20.0
   # Ablations of paper §3.3: per-cardinality M_m (HYSET), one shared learned M,
   # fixed identity M, or no F_set at all.
   interaction: Literal["per_cardinality", "shared", "identity", "none"] = "per_cardinality"
@@ -62,6 +65,8 @@ class TrainConfig:
   negative_mix: tuple[float, float, float] = (0.5, 0.3, 0.2)  # uniform, in-batch, hard
   hard_neighbors: int = 8             # nearest neighbours considered per gold tool
   eta: float = 0.0                    # η, weight of L_self (0 disables it)
+  # μ, weight of an auxiliary per-tool loss on ℓ (losses.tool_loss); 0 = the paper's Eq. 10.
+  tool_loss_weight: float = 0.0
   interaction_l2: float = 1e-4        # λ
   log_every: int = 50
   eval_every: int = 250
@@ -103,8 +108,8 @@ def validate(config: Config) -> Config:
       raise UserError(f"train.{name} must be ≥ 1, got {getattr(t, name)}")
   if t.learning_rate <= 0:
     raise UserError(f"train.learning_rate must be > 0, got {t.learning_rate}")
-  if t.eta < 0 or t.interaction_l2 < 0:
-    raise UserError("train.eta and train.interaction_l2 must be ≥ 0")
+  if t.eta < 0 or t.interaction_l2 < 0 or t.tool_loss_weight < 0:
+    raise UserError("train.eta, train.interaction_l2 and train.tool_loss_weight must be ≥ 0")
   if not 0 < config.data.validation_fraction < 1:
     raise UserError(f"data.validation_fraction must be in (0, 1), got "
                     f"{config.data.validation_fraction}")

@@ -45,6 +45,31 @@ def self_training_loss(pool_scores: jax.Array, selected: jax.Array, reward: jax.
   return -jnp.mean(reward * logp)
 
 
+def tool_loss(tool_logits: jax.Array, gold: jax.Array, gold_mask: jax.Array) -> jax.Array:
+  """Per-tool softmax cross-entropy of ℓ over the whole library, the gold tools as targets.
+
+  Not in the paper's objective (Eq. 10): an optional auxiliary term (``train.tool_loss_weight``)
+  that trains stage 1 (Eq. 12) directly. The set loss alone ranks tools through F_align, a
+  softmax-weighted mean dominated by each set's best member, so the 2nd and 3rd gold tools of
+  a query get little gradient and the shortlist S0 misses them.
+
+  Args:
+    tool_logits: f32[B, N] ℓ for every tool.
+    gold: int[B, m] gold tool rows (padding anywhere ``gold_mask`` is False).
+    gold_mask: bool[B, m].
+
+  Returns:
+    f32[] mean over the batch of −(1/|E*|) Σ_{t∈E*} log softmax(ℓ)_t.
+
+  >>> import numpy as np
+  >>> round(float(tool_loss(np.zeros((1, 4)), np.array([[0, 1]]), np.array([[True, True]]))), 4)
+  1.3863
+  """
+  logp = jnp.take_along_axis(jax.nn.log_softmax(tool_logits, axis=-1), gold, axis=1)
+  per_query = jnp.sum(jnp.where(gold_mask, logp, 0.0), -1) / jnp.sum(gold_mask, -1)
+  return -jnp.mean(per_query)
+
+
 def interaction_penalty(interactions: jax.Array) -> jax.Array:
   """Σ_m ‖M_m‖²_F (the λ term of Eq. 10). f32[M−1, d, d] -> f32[]."""
   return jnp.sum(jnp.square(interactions))

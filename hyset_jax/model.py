@@ -26,7 +26,7 @@ def normalize_rows(x: jax.Array, eps: float = 1e-12) -> jax.Array:
 
 
 def init_params(tool_embeddings, query_dim: int, max_set_size: int,
-                key: jax.Array | None = None) -> HysetParams:
+                key: jax.Array | None = None, scale: float = 1.0) -> HysetParams:
   """θ at the natural start of design.md §1.
 
   Args:
@@ -35,9 +35,13 @@ def init_params(tool_embeddings, query_dim: int, max_set_size: int,
     max_set_size: M ≥ 2, the largest cardinality scored.
     key: PRNG key for P when d_r ≠ d_z (a random map with orthonormal rows or columns, so
       lengths are preserved as far as the shapes allow). Unused when d_r = d_z.
+    scale: P is multiplied by this. ℓ = scale · cos keeps the dense ranking exactly (and the
+      best set is still the top singleton) but sets the logit range the softmaxes of
+      F_align and of the training loss start from: an inverse temperature, as in
+      contrastive retrievers (20 ≈ temperature 0.05).
 
   Returns:
-    HysetParams with Z unit rows, P = I (or the random map) and M_m = 0.
+    HysetParams with Z unit rows, P = scale · I (or the random map) and M_m = 0.
   """
   z = np.asarray(tool_embeddings, dtype=np.float32)
   if z.ndim != 2 or z.shape[0] == 0:
@@ -54,7 +58,7 @@ def init_params(tool_embeddings, query_dim: int, max_set_size: int,
     p = q if query_dim > d_z else q.T
   return HysetParams(
       tool_embeddings=normalize_rows(jnp.asarray(z)),
-      projection=p,
+      projection=scale * p,
       interactions=jnp.zeros((max_set_size - 1, d_z, d_z), jnp.float32))
 
 
