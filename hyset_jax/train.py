@@ -194,19 +194,28 @@ def maybe_initialize_distributed() -> None:
   """Join a multi-process job when the launcher's environment asks for it.
 
   ``JAX_COORDINATOR_ADDRESS`` + ``JAX_NUM_PROCESSES`` + ``JAX_PROCESS_ID`` (set by
-  ``launch/local.py`` and the cluster templates), or ``HYSET_DISTRIBUTED=auto`` to let JAX
-  detect SLURM / Cloud TPU / Kubernetes itself.
+  ``launch/local.py`` and the Kubernetes template), or ``HYSET_DISTRIBUTED=auto`` to let JAX
+  detect SLURM / Cloud TPU / Open MPI itself (launch/README.md). ``HYSET_INIT_TIMEOUT_S``
+  bounds the wait for peers: past it JAX aborts the process, so a missing peer never hangs a
+  run. On CPU the collectives are gloo (JAX's default for multi-process CPU).
   """
   if jax.distributed.is_initialized():
     return
+  timeout = int(os.environ.get("HYSET_INIT_TIMEOUT_S", "300"))
   if os.environ.get("JAX_COORDINATOR_ADDRESS"):
-    jax.distributed.initialize(
-        coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
-        num_processes=int(os.environ.get("JAX_NUM_PROCESSES", "1")),
-        process_id=int(os.environ.get("JAX_PROCESS_ID", "0")),
-        initialization_timeout=int(os.environ.get("HYSET_INIT_TIMEOUT_S", "120")))
+    missing = [v for v in ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID") if not os.environ.get(v)]
+    if missing:
+      raise UserError(f"JAX_COORDINATOR_ADDRESS is set but {' and '.join(missing)} not; set "
+                      f"all three (or none, for a single-process run)")
+    try:
+      num, pid = int(os.environ["JAX_NUM_PROCESSES"]), int(os.environ["JAX_PROCESS_ID"])
+    except ValueError:
+      raise UserError("JAX_NUM_PROCESSES and JAX_PROCESS_ID must be integers") from None
+    jax.distributed.initialize(coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+                               num_processes=num, process_id=pid,
+                               initialization_timeout=timeout)
   elif os.environ.get("HYSET_DISTRIBUTED") == "auto":
-    jax.distributed.initialize()
+    jax.distributed.initialize(initialization_timeout=timeout)
 
 
 def make_mesh(num_devices: int | None = None) -> jax.sharding.Mesh:
@@ -428,8 +437,16 @@ def train_and_evaluate(config: config_lib.Config, workdir: str | os.PathLike, *,
   rows_sharding = NamedSharding(mesh, P("data"))
   optimizer = make_optimizer(tc)
 
+  # θ is replicated, so every process must start from the same Z: with several processes,
+  # process 0's encoder output is used everywhere (encoders on different hosts may differ in
+  # the last bits).
+  init_tools = data.tool_embeddings
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    init_tools = np.asarray(multihost_utils.broadcast_one_to_all(init_tools))
+
   def init():
-    trainable = init_trainable(data.tool_embeddings, train.embeddings.shape[1], mc, tc.seed)
+    trainable = init_trainable(init_tools, train.embeddings.shape[1], mc, tc.seed)
     return TrainState(trainable, optimizer.init(trainable))
 
   state = jax.jit(init, out_shardings=replicated)()
@@ -527,7 +544,13 @@ def train_and_evaluate(config: config_lib.Config, workdir: str | os.PathLike, *,
       params = materialize(state.trainable, mc)
       vm = evaluate_split(params, val, data.tool_ids, mc, tc.eval_batch_size)
       row = dict(row or {"step": done}, **{f"val_{k}": v for k, v in vm.items()})
-      if vm["recall@5"] > loop["best_recall5"]:
+      improved = vm["recall@5"] > loop["best_recall5"]
+      if jax.process_count() > 1:
+        # Every process evaluates; process 0's verdict drives best/patience everywhere, so
+        # the processes can never disagree about early stopping (and leave one hanging).
+        from jax.experimental import multihost_utils
+        improved = bool(multihost_utils.broadcast_one_to_all(np.int32(improved)))
+      if improved:
         loop.update(best_recall5=vm["recall@5"], best_step=done, stale_evals=0)
         if pid == 0:
           export_params(params, data, mc, workdir / "best", force=True)
