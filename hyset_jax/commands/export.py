@@ -1,17 +1,34 @@
-"""``hyset export``: a training workdir's best model as a ``hyset/1`` model directory."""
+"""``hyset export``: a training workdir's best model for other stacks.
+
+Formats (see :mod:`hyset_jax.export` and docs/export.md):
+
+  hyset       the hyset/1 model directory (params.safetensors + manifest.json)
+  npz         model.npz: the same arrays, tool_ids and the manifest fields
+  projector   TensorBoard Embedding Projector TSVs of the tool embeddings
+  stablehlo   jax.export artifacts of stage 1, stage 2 and both, with signature.json
+
+--out is a directory; one that exists and is not empty is replaced only with --force.
+"""
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 
 from hyset_jax.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-  p = sub.add_parser("export", help="export a trained model", description=__doc__)
-  p.add_argument("--workdir", required=True, help="a `hyset train` workdir")
+  p = sub.add_parser("export", help="export a trained model", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--workdir", required=True,
+                 help="a `hyset train` workdir (its best/ model) or a hyset/1 model directory")
   p.add_argument("--out", required=True, help="output directory")
-  p.add_argument("--format", choices=("hyset",), default="hyset")
+  p.add_argument("--format", choices=("hyset", "npz", "projector", "stablehlo"), default="hyset")
+  p.add_argument("--data", help="projector: data spec for tool categories and names "
+                 "(default: the workdir's config.json data.spec)")
+  p.add_argument("--platforms", default="cpu,cuda,tpu",
+                 help="stablehlo: comma-separated platforms to lower for (default cpu,cuda,tpu)")
   p.add_argument("--force", action="store_true", help="replace a non-empty --out")
   p.set_defaults(func=run)
 
@@ -19,17 +36,59 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def best_model_dir(workdir: str | pathlib.Path) -> pathlib.Path:
   """The hyset/1 directory of a workdir's best model, or the path itself if it is one."""
   path = pathlib.Path(workdir)
+  if not path.is_dir():
+    raise UserError(f"{path} does not exist or is not a directory; expected a `hyset train` "
+                    f"workdir or a hyset/1 model directory")
   if (path / "manifest.json").is_file():
     return path
   if (path / "best" / "manifest.json").is_file():
     return path / "best"
-  raise UserError(f"{path} holds no trained model (no best/manifest.json); run "
+  steps = sorted(int(p.name) for p in (path / "checkpoints").glob("*") if p.name.isdigit())
+  why = (f"it has checkpoints up to step {steps[-1]} but no evaluation has finished yet"
+         if steps else "it has no checkpoints either")
+  raise UserError(f"{path} holds no trained model (no best/manifest.json; {why}); run "
                   f"`hyset train --workdir {path}` until its first evaluation")
 
 
+def data_spec(source: pathlib.Path, explicit: str | None) -> str | None:
+  """--data, else data.spec of the training run's config.json (beside best/)."""
+  if explicit:
+    return explicit
+  for config in (source / "config.json", source.parent / "config.json"):
+    if config.is_file():
+      try:
+        return json.loads(config.read_text(encoding="utf-8"))["data"]["spec"]
+      except (ValueError, KeyError, TypeError):
+        return None
+  return None
+
+
 def run(args: argparse.Namespace) -> int:
-  from hyset_jax import modeldir
-  model = modeldir.load_model_dir(best_model_dir(args.workdir))
-  out = modeldir.save_model_dir(args.out, model, force=args.force)
-  print(f"wrote {out} ({len(model.tool_ids)} tools, format {modeldir.FORMAT})")
+  from hyset_jax import export, modeldir
+  source = best_model_dir(args.workdir)
+  out = pathlib.Path(args.out)
+  src, dst = source.resolve(), out.resolve()
+  if dst == src or dst in src.parents:
+    raise UserError(f"--out {out} would replace the model being exported ({source}); "
+                    f"choose another directory")
+  export.check_target(out, args.force)  # before loading or compiling anything
+  model = modeldir.load_model_dir(source)
+  if args.format == "hyset":
+    modeldir.save_model_dir(out, model, force=args.force)
+    what = f"format {modeldir.FORMAT}"
+  elif args.format == "npz":
+    export.write_npz(out, model, force=args.force)
+    what = f"{export.NPZ_FILE}"
+  elif args.format == "projector":
+    spec = data_spec(source, args.data)
+    labels, origin = export.tool_labels(model.tool_ids, spec)
+    export.write_projector(out, model, labels, force=args.force)
+    what = f"Embedding Projector TSVs; categories and names {origin}"
+  else:
+    platforms = tuple(p.strip() for p in args.platforms.split(",") if p.strip())
+    if not platforms:
+      raise UserError("--platforms names no platform; e.g. --platforms cpu,cuda,tpu")
+    export.write_stablehlo(out, model, force=args.force, platforms=platforms)
+    what = f"StableHLO (jax.export) for {', '.join(platforms)}, symbolic batch dimension"
+  print(f"wrote {out} from {source} ({len(model.tool_ids)} tools; {what})")
   return 0

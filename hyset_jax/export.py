@@ -1,0 +1,299 @@
+"""Exports of a trained model for other stacks (``hyset export --format …``).
+
+Every format is a directory written atomically (a temporary directory renamed into place), never
+over a non-empty one unless ``force``:
+
+- ``hyset``: the ``hyset/1`` model directory (:mod:`hyset_jax.modeldir`, design.md §5).
+- ``npz``: ``model.npz``, readable with ``np.load(path, allow_pickle=False)`` — the same arrays
+  (``tool_embeddings``, ``projection``, ``interaction_2`` … ``interaction_M``) plus ``tool_ids``
+  (unicode) and the manifest fields (``format``, ``max_set_size``, ``k1``, ``k_pool``,
+  ``query_encoder``) as 0-d arrays.
+- ``projector``: TensorBoard Embedding Projector files — ``tensors.tsv`` (the rows of Z),
+  ``metadata.tsv`` (header ``id  category  name``), ``projector_config.pbtxt`` (TensorBoard's
+  ``ProjectorConfig``, paths relative to the directory) and ``projector_config.json`` (the
+  standalone projector.tensorflow.org form).
+- ``stablehlo``: :mod:`jax.export` artifacts with θ embedded as constants and a symbolic batch
+  dimension ``q`` — ``stage1`` (query → shortlist), ``stage2`` (shortlist → best set, score,
+  ranking) and ``predict`` (both) — each as ``<name>.jax_exported`` (``Exported.serialize()``),
+  described by ``signature.json``. Loading needs only ``jax`` (``jax.export.deserialize``), not
+  this package.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+
+from hyset_jax import modeldir
+from hyset_jax.errors import UserError
+
+FORMATS = ("hyset", "npz", "projector", "stablehlo")
+NPZ_FILE = "model.npz"
+SIGNATURE_FILE = "signature.json"
+STABLEHLO_FORMAT = "hyset-stablehlo/1"
+DEFAULT_PLATFORMS = ("cpu", "cuda", "tpu")
+
+
+# --------------------------------------------------------------------------- directories
+
+def check_target(out: str | os.PathLike, force: bool) -> pathlib.Path:
+  """Fail before any work if ``out`` exists and is not an empty directory (without ``force``)."""
+  out = pathlib.Path(out)
+  if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
+    raise UserError(f"{out} exists and is not empty; pass --force to replace it")
+  return out
+
+
+@contextlib.contextmanager
+def atomic_dir(out: str | os.PathLike, force: bool) -> Iterator[pathlib.Path]:
+  """Yield a temporary directory beside ``out``; it replaces ``out`` only if the block succeeds."""
+  out = check_target(out, force)
+  try:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+  except OSError as e:
+    raise UserError(f"cannot write {out}: {e.strerror or e}") from None
+  try:
+    yield tmp
+    if out.exists():
+      shutil.rmtree(out) if out.is_dir() else out.unlink()
+    os.replace(tmp, out)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
+
+
+# --------------------------------------------------------------------------- npz
+
+def write_npz(out: str | os.PathLike, model: modeldir.ModelDir, *,
+              force: bool = False) -> pathlib.Path:
+  """``out/model.npz``: the hyset/1 arrays, ``tool_ids`` and the manifest fields."""
+  z, p, ms = (np.asarray(a, np.float32) for a in model.params)
+  arrays = {"tool_embeddings": z, "projection": p}
+  arrays.update({f"interaction_{m}": ms[m - 2] for m in range(2, model.max_set_size + 1)})
+  arrays["tool_ids"] = np.asarray(model.tool_ids, dtype=str)
+  arrays.update(format=np.asarray(modeldir.FORMAT), max_set_size=np.asarray(model.max_set_size),
+                k1=np.asarray(model.k1), k_pool=np.asarray(model.k_pool),
+                query_encoder=np.asarray(model.query_encoder))
+  with atomic_dir(out, force) as tmp:
+    np.savez(tmp / NPZ_FILE, **arrays)
+  return pathlib.Path(out)
+
+
+# --------------------------------------------------------------------------- projector
+
+def _clean(text: str) -> str:
+  """One TSV cell: no tabs or line breaks, never empty."""
+  return re.sub(r"\s+", " ", str(text)).strip() or "-"
+
+
+def _from_text(text: str, field: str) -> str:
+  """``field:value`` out of a ``key:value, key:value`` tool text (ToolLens renders tools so)."""
+  m = re.search(rf"(?:^|[\s,]){field}:\s*([^,]*)", text)
+  return m.group(1).strip() if m else ""
+
+
+def label_from_id(tool_id: str) -> tuple[str, str]:
+  """(category, name) when no data set is readable: ``tool::api`` ids give the tool."""
+  return (tool_id.split("::")[0] if "::" in tool_id else "unknown"), tool_id
+
+
+def label_from_metadata(tool_id: str, text: str, meta: dict) -> tuple[str, str]:
+  """(category, name) from a tool's metadata, else fields in its text, else its id."""
+  category = (meta.get("category") or meta.get("category_name")
+              or _from_text(text, "category_name"))
+  tool, api = meta.get("tool_name") or "", meta.get("api_name") or ""
+  if not (tool or api):
+    tool, api = _from_text(text, "tool_name"), _from_text(text, "api_name")
+  name = " / ".join(x for x in (tool, api) if x) or meta.get("name") or meta.get("title") or tool_id
+  return str(category or label_from_id(tool_id)[0]), str(name)
+
+
+def tool_labels(tool_ids: Sequence[str], spec: str | None) -> tuple[list[tuple[str, str]], str]:
+  """(category, name) per tool, and where they came from (for the user)."""
+  fallback = [label_from_id(t) for t in tool_ids]
+  if not spec:
+    return fallback, "from the tool ids (no data set named; pass --data SPEC)"
+  try:
+    from hyset_jax.data.specs import load_dataset
+    tools = load_dataset(spec).tools
+  except (UserError, OSError) as e:
+    return fallback, f"from the tool ids (data set {spec!r} unreadable: {e})"
+  index = tools.index()
+  labels, found = [], 0
+  for t, fb in zip(tool_ids, fallback):
+    i = index.get(t)
+    if i is None:
+      labels.append(fb)
+    else:
+      labels.append(label_from_metadata(t, tools.texts[i], tools.metadata[i] or {}))
+      found += 1
+  return labels, f"from {spec} ({found} of {len(tool_ids)} tools found there)"
+
+
+def write_projector(out: str | os.PathLike, model: modeldir.ModelDir,
+                    labels: Sequence[tuple[str, str]], *, force: bool = False) -> pathlib.Path:
+  """TensorBoard Embedding Projector files for the tool embeddings Z."""
+  z = np.asarray(model.params.tool_embeddings, np.float32)
+  n, d = z.shape
+  name = "hyset_tool_embeddings"
+  with atomic_dir(out, force) as tmp:
+    np.savetxt(tmp / "tensors.tsv", z, fmt="%.8g", delimiter="\t")
+    with open(tmp / "metadata.tsv", "w", encoding="utf-8") as f:
+      f.write("id\tcategory\tname\n")
+      for t, (category, label) in zip(model.tool_ids, labels):
+        f.write(f"{_clean(t)}\t{_clean(category)}\t{_clean(label)}\n")
+    (tmp / "projector_config.pbtxt").write_text(
+        "embeddings {\n"
+        f'  tensor_name: "{name}"\n'
+        f"  tensor_shape: {n}\n"
+        f"  tensor_shape: {d}\n"
+        '  tensor_path: "tensors.tsv"\n'
+        '  metadata_path: "metadata.tsv"\n'
+        "}\n", encoding="utf-8")
+    (tmp / "projector_config.json").write_text(json.dumps({"embeddings": [{
+        "tensorName": name, "tensorShape": [n, d], "tensorPath": "tensors.tsv",
+        "metadataPath": "metadata.tsv"}]}, indent=1) + "\n", encoding="utf-8")
+  return pathlib.Path(out)
+
+
+# --------------------------------------------------------------------------- StableHLO
+
+def stage2(params, shortlist_tools, shortlist_logits, *, k_pool: int, max_size: int,
+           method: str = "gather"):
+  """Stage 2 and the greedy ranking from a shortlist: what :func:`inference.predict` does after
+  :func:`inference.shortlist`, as a function of its own so it can be exported alone.
+
+  Args:
+    params: θ (``interactions`` holding at least M − 1 matrices).
+    shortlist_tools: int32[Q, K_pool] tool rows in shortlist order.
+    shortlist_logits: f32[Q, K_pool] their ℓ.
+
+  Returns:
+    (set_tools int32[Q, M] padded with -1, set_size int32[Q], set_score f32[Q],
+     ranking int32[Q, K_pool]) — the fields of :class:`inference.Prediction`.
+  """
+  import jax
+  import jax.numpy as jnp
+  from hyset_jax import enumeration, inference, scoring
+  interactions = params.interactions[:max_size - 1]
+  table = enumeration.subset_table(k_pool, max_size)
+  pairs = scoring.pair_matrices(params.tool_embeddings[shortlist_tools], interactions)
+  best = enumeration.best_sets(
+      enumeration.score_subsets(shortlist_logits, pairs, table, method), table, k=1)
+  pos = jnp.sort(jnp.where(best.mask[:, 0], best.positions[:, 0], k_pool), axis=1)
+  valid = pos < k_pool
+  set_tools = jnp.where(
+      valid, jnp.take_along_axis(shortlist_tools, jnp.minimum(pos, k_pool - 1), 1), -1)
+  picks = inference.greedy_ranking(shortlist_logits, pairs, max_size)
+  picked = jnp.any(jax.nn.one_hot(picks, k_pool, dtype=bool), axis=1)
+  rest = jnp.argsort(jnp.where(picked, jnp.inf, -shortlist_logits), axis=1,
+                     stable=True)[:, :k_pool - max_size]
+  ranking = jnp.take_along_axis(shortlist_tools, jnp.concatenate([picks, rest], axis=1), axis=1)
+  return (set_tools.astype(jnp.int32), jnp.sum(valid, 1).astype(jnp.int32), best.scores[:, 0],
+          ranking.astype(jnp.int32))
+
+
+_OUTPUT_DOCS = {
+    "shortlist": "tool rows (indices into tool_ids) in shortlist order: S0 by ℓ, then expansion",
+    "shortlist_logits": "ℓ(x, t) = r(x)ᵀ P z_t of the shortlist tools",
+    "set_tools": "tool rows of the best set, ascending shortlist position, padded with -1",
+    "set_size": "number of tools in the best set",
+    "set_score": "F(x, E) of the best set",
+    "ranking": "tool rows: greedy picks under F, then the rest of the shortlist by ℓ",
+}
+
+
+def _spec(name: str, aval) -> dict:
+  shape = [d if isinstance(d, int) else str(d) for d in aval.shape]
+  return {"name": name, "shape": shape, "dtype": str(aval.dtype),
+          **({"description": _OUTPUT_DOCS[name]} if name in _OUTPUT_DOCS else {})}
+
+
+def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_size: int
+                        ) -> dict[str, tuple[Callable, list[str], list[str]]]:
+  """name -> (function of arrays only, input names, output names); θ is closed over."""
+  import jax
+  import jax.numpy as jnp
+  from hyset_jax import inference
+  # jnp arrays (not NumPy): indexing them with traced shortlists must stay in the graph.
+  params = jax.tree.map(jnp.asarray, model.params._replace(
+      interactions=model.params.interactions[:max_size - 1]))
+
+  def stage1(query_embeddings):
+    return tuple(inference.shortlist(params, query_embeddings, k1, k_pool, max_size))
+
+  def stage2_fn(shortlist, shortlist_logits):
+    return stage2(params, shortlist, shortlist_logits, k_pool=k_pool, max_size=max_size)
+
+  def predict(query_embeddings):
+    p = inference.predict(params, query_embeddings, k1=k1, k_pool=k_pool, max_size=max_size)
+    return (p.shortlist, p.set_tools, p.set_size, p.set_score, p.ranking)
+
+  return {
+      "stage1": (stage1, ["query_embeddings"], ["shortlist", "shortlist_logits"]),
+      "stage2": (stage2_fn, ["shortlist", "shortlist_logits"],
+                 ["set_tools", "set_size", "set_score", "ranking"]),
+      "predict": (predict, ["query_embeddings"],
+                  ["shortlist", "set_tools", "set_size", "set_score", "ranking"]),
+  }
+
+
+def write_stablehlo(out: str | os.PathLike, model: modeldir.ModelDir, *, force: bool = False,
+                    platforms: Sequence[str] = DEFAULT_PLATFORMS) -> pathlib.Path:
+  """Serialized :mod:`jax.export` artifacts of stage 1, stage 2 and both, plus signature.json."""
+  import jax
+  import jax.numpy as jnp
+  from jax import export
+  try:
+    import flatbuffers  # noqa: F401  (jax.export serialization needs it)
+  except ImportError:
+    raise UserError("--format stablehlo needs the 'flatbuffers' package (jax.export "
+                    "serialization): pip install flatbuffers") from None
+  k1, k_pool, m = model.k1, model.k_pool, model.max_set_size
+  n, d_z = model.params.tool_embeddings.shape
+  d_r = model.params.projection.shape[0]
+  q, = export.symbolic_shape("q")
+  inputs = {"query_embeddings": jax.ShapeDtypeStruct((q, d_r), jnp.float32),
+            "shortlist": jax.ShapeDtypeStruct((q, k_pool), jnp.int32),
+            "shortlist_logits": jax.ShapeDtypeStruct((q, k_pool), jnp.float32)}
+  signature = {
+      "format": STABLEHLO_FORMAT,
+      "serialization": "jax.export: Exported.serialize(); load with "
+                       "jax.export.deserialize(bytearray(data)) and call .call(*inputs)",
+      "jax_version": jax.__version__,
+      "platforms": list(platforms),
+      "batch_dimension": "q: symbolic, any number of queries ≥ 1",
+      "static": {"k1": k1, "k_pool": k_pool, "max_set_size": m, "num_tools": n,
+                 "query_dim": d_r, "tool_dim": d_z, "method": "gather",
+                 "query_encoder": model.query_encoder},
+      "tool_ids": list(model.tool_ids),
+      "functions": {},
+  }
+  with atomic_dir(out, force) as tmp:
+    for name, (fn, in_names, out_names) in stablehlo_functions(
+        model, k1=k1, k_pool=k_pool, max_size=m).items():
+      try:
+        exp = export.export(jax.jit(fn), platforms=tuple(platforms))(
+            *(inputs[i] for i in in_names))
+      except Exception as e:  # noqa: BLE001 - e.g. an unknown platform name
+        raise UserError(f"cannot export {name} for platforms {', '.join(platforms)}: "
+                        f"{type(e).__name__}: {str(e)[:300]}") from None
+      (tmp / f"{name}.jax_exported").write_bytes(exp.serialize())
+      assert len(exp.in_avals) == len(in_names) and len(exp.out_avals) == len(out_names)
+      signature["functions"][name] = {
+          "file": f"{name}.jax_exported",
+          "calling_convention_version": exp.calling_convention_version,
+          "inputs": [_spec(i, a) for i, a in zip(in_names, exp.in_avals)],
+          "outputs": [_spec(o, a) for o, a in zip(out_names, exp.out_avals)],
+      }
+    (tmp / SIGNATURE_FILE).write_text(json.dumps(signature, indent=1, ensure_ascii=False) + "\n",
+                                      encoding="utf-8")
+  return pathlib.Path(out)
