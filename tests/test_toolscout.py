@@ -1,0 +1,222 @@
+"""ToolScout: fingerprint distances, routing, calibration, the CLI and the tiny experiment."""
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from toolscout import cli, router, routerdir
+from toolscout import fingerprint as fpr
+
+
+# --- Distances -------------------------------------------------------------------
+
+
+def test_distance_matches_hand_computation():
+  # Vocabulary (stop words and 1-letter tokens out): book, flight, hotel.
+  fp = fpr.fit_fingerprint(["book a flight", "book a hotel"])
+  assert fp.vocabulary == ["book", "flight", "hotel"]
+  # Smooth idf = ln((1 + n) / (1 + df)) + 1 with n = 2.
+  idf = np.array([math.log(3 / 3) + 1, math.log(3 / 2) + 1, math.log(3 / 2) + 1])
+  rows = np.array([[1, 1, 0], [1, 0, 1]]) * idf
+  rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+  centroid = rows.mean(axis=0)
+  np.testing.assert_allclose(fp.centroid, centroid)
+
+  def distance(tf):
+    v = np.asarray(tf, float) * idf
+    v /= np.linalg.norm(v)
+    return 1 - v @ centroid / np.linalg.norm(centroid)
+
+  texts = ["book a flight", "flight", "hotel hotel book", "the weather"]
+  expected = [distance([1, 1, 0]), distance([0, 1, 0]), distance([1, 0, 2]), 1.0]
+  np.testing.assert_allclose(fpr.request_distances(fp, texts), expected, atol=1e-12)
+  assert expected[0] == pytest.approx(0.18266, abs=1e-5)  # the number worked out by hand
+  # A batch is scored by its centroid: the reference itself is at distance 0.
+  assert fpr.batch_distance(fp, ["book a flight", "book a hotel"]) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_distances_in_unit_interval_and_modes_agree():
+  rng = np.random.default_rng(0)
+  words = ["flight", "hotel", "book", "weather", "rain", "convert", "currency", "the", "a"]
+  ref = [" ".join(rng.choice(words[:3], 3)) for _ in range(30)]
+  stream = [" ".join(rng.choice(words, rng.integers(0, 5))) for _ in range(40)]
+  fp = fpr.fit_fingerprint(ref)
+  for d in (fpr.request_distances(fp, stream), fpr.window_distances(fp, stream, 7),
+            fpr.chunk_distances(fp, stream, 6)):
+    assert d.shape == (40,) and (d >= 0).all() and (d <= 1).all()
+  np.testing.assert_allclose(fpr.window_distances(fp, stream, 1), fpr.request_distances(fp, stream))
+  # The last rolling window of size n covers the whole stream, as does one batch.
+  assert fpr.window_distances(fp, stream, 40)[-1] == pytest.approx(fpr.batch_distance(fp, stream))
+  window = fpr.window_distances(fp, stream, 5)
+  assert window[10] == pytest.approx(fpr.batch_distance(fp, stream[6:11]))
+  chunks = fpr.chunk_distances(fp, stream, 6)
+  assert chunks[13] == pytest.approx(fpr.batch_distance(fp, stream[12:18]))
+
+
+# --- Routing and calibration ---------------------------------------------------------
+
+
+def test_routing_follows_threshold():
+  d = np.array([0.0, 0.29, 0.3, 0.31, 1.0])
+  assert router.route(d, 0.3).tolist() == ["specialist", "specialist", "aggregate", "aggregate",
+                                           "aggregate"]
+  assert (router.route(d, 1.01) == "specialist").all()
+  assert router.threshold_for_window({1: 0.9, 10: 0.6, 50: 0.4}, 1) == 0.9
+  assert router.threshold_for_window({1: 0.9, 10: 0.6, 50: 0.4}, 11) == 0.4
+
+
+def test_calibration_hand_worked_example():
+  # Specialist coverage per source and its distance from the reference:
+  #   A 0.90 @ 0.10, B 0.85 @ 0.30, C 0.05 @ 0.50, D 0.60 @ 0.60, E 0.01 @ 0.70.
+  # Floor 30%: C and E are unsafe. Candidate cuts: -0.9, 0.2, 0.4, 0.55, 0.65, 1.7,
+  # with 2, 3, 4, 3, 4, 3 sources classified right; 0.4 and 0.65 tie at 4 and the
+  # smaller (more traffic to the aggregate) wins.
+  coverage = np.array([0.90, 0.85, 0.05, 0.60, 0.01])
+  d = np.array([0.10, 0.30, 0.50, 0.60, 0.70])
+  unsafe = router.unsafe_labels(coverage, 0.30)
+  assert unsafe.tolist() == [False, False, True, False, True]
+  assert router.calibrate_threshold(d, unsafe) == pytest.approx(0.4)
+  # Leave one source out, worked by hand:
+  #   without A: cuts 0.4 and 0.65 tie (3 of 4)  -> 0.4,  A at 0.1 safe     (right)
+  #   without B: cuts 0.3 and 0.65 tie (3 of 4)  -> 0.3,  B at 0.3 unsafe   (wrong: d >= tau)
+  #   without C: 0.65 separates all four         -> 0.65, C at 0.5 safe     (wrong)
+  #   without D: 0.4 separates all four          -> 0.4,  D at 0.6 unsafe   (wrong)
+  #   without E: 0.4, 0.55, 1.6 tie (3 of 4)     -> 0.4,  E at 0.7 unsafe   (right)
+  loso = router.leave_one_source_out(d, unsafe)
+  np.testing.assert_allclose(loso.thresholds, [0.4, 0.3, 0.65, 0.4, 0.4])
+  assert loso.predicted_unsafe.tolist() == [False, True, False, True, True]
+  assert loso.accuracy == pytest.approx(2 / 5)
+  assert loso.f1 == pytest.approx(2 * 1 / (2 + 3))  # one true positive, 2 unsafe, 3 predicted
+
+
+# --- CLI ---------------------------------------------------------------------------------
+
+TRAVEL = ["book a flight from {} to {} next week", "find a hotel in {} near {}",
+          "reserve a rental car in {} for the trip to {}", "book train tickets from {} to {}"]
+CITIES = ["paris", "rome", "berlin", "madrid", "lisbon", "vienna", "prague", "oslo"]
+MATH = ["integrate x squared from {} to {}", "solve the quadratic equation with roots {} and {}",
+        "compute the determinant of a matrix with entries {} and {}"]
+
+
+def _write_queries(path, texts, prefix="q"):
+  with open(path, "w") as f:
+    for i, text in enumerate(texts):
+      f.write(json.dumps({"_id": f"{prefix}{i}", "text": text}) + "\n")
+
+
+def _travel(n, offset=0):
+  return [TRAVEL[i % 4].format(CITIES[(i + offset) % 8], CITIES[(3 * i + 1 + offset) % 8])
+          for i in range(n)]
+
+
+def test_fit_and_route_end_to_end(tmp_path, capsys):
+  _write_queries(tmp_path / "ref.jsonl", _travel(60))
+  incoming = _travel(10, offset=3) + [MATH[i % 3].format(i, i + 2) for i in range(10)]
+  _write_queries(tmp_path / "in.jsonl", incoming)
+
+  assert cli.main(["fit", "--reference", str(tmp_path / "ref.jsonl"), "--out",
+                   str(tmp_path / "router")]) == 0
+  manifest = json.loads((tmp_path / "router" / "manifest.json").read_text())
+  assert manifest["format"] == "toolscout-router/1"
+  assert manifest["threshold_source"] == "reference-holdout"
+  assert all(0 <= t <= 1 for t in manifest["thresholds"].values())
+
+  out = tmp_path / "routes.jsonl"
+  assert cli.main(["route", "--router", str(tmp_path / "router"), "--queries",
+                   str(tmp_path / "in.jsonl"), "--out", str(out)]) == 0
+  rows = [json.loads(line) for line in out.read_text().splitlines()]
+  assert [r["query_id"] for r in rows] == [f"q{i}" for i in range(20)]
+  assert all(set(r) == {"query_id", "distance", "route"} for r in rows)
+  tau = manifest["thresholds"]["1"]
+  for r in rows:
+    assert 0 <= r["distance"] <= 1
+    assert r["route"] == ("specialist" if r["distance"] < tau else "aggregate")
+  assert all(r["route"] == "aggregate" for r in rows[10:])  # no shared vocabulary
+  assert sum(r["route"] == "specialist" for r in rows[:10]) >= 8
+
+  # A given threshold overrides the default; window and batch modes run.
+  assert cli.main(["fit", "--reference", str(tmp_path / "ref.jsonl"), "--out",
+                   str(tmp_path / "router"), "--threshold", "0.5", "--force"]) == 0
+  for mode in (["--window", "5"], ["--batch", "4"]):
+    assert cli.main(["route", "--router", str(tmp_path / "router"), "--queries",
+                     str(tmp_path / "in.jsonl"), "--out", str(out), "--force"] + mode) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(r["route"] == ("specialist" if r["distance"] < 0.5 else "aggregate") for r in rows)
+  assert rows[0]["distance"] == rows[3]["distance"]  # one batch of 4
+  # Refuses to clobber without --force.
+  assert cli.main(["route", "--router", str(tmp_path / "router"), "--queries",
+                   str(tmp_path / "in.jsonl"), "--out", str(out)]) == 2
+  assert "already exists" in capsys.readouterr().err
+
+
+def test_router_directory_round_trip(tmp_path):
+  texts = _travel(40)
+  fp = fpr.fit_fingerprint(texts)
+  thresholds = router.default_thresholds([f"q{i}" for i in range(40)], texts)
+  routerdir.save_router(routerdir.Router(fp, thresholds, "reference-holdout"), tmp_path / "r")
+  loaded = routerdir.load_router(tmp_path / "r")
+  assert loaded.thresholds == pytest.approx(thresholds)
+  assert sorted(thresholds) == [1, 2, 5]  # 8 held-out queries: windows up to 5 fit
+  probe = _travel(6, offset=5) + ["integrate x squared", ""]
+  np.testing.assert_allclose(fpr.request_distances(loaded.fingerprint, probe),
+                             fpr.request_distances(fp, probe))
+
+
+def _run_script(*args):
+  """The CLI in a fresh interpreter, as a user would run it."""
+  return subprocess.run([sys.executable, "-m", "toolscout.cli", *args], capture_output=True,
+                        text=True, timeout=120)
+
+
+def test_bad_inputs_are_clear_errors(tmp_path):
+  _write_queries(tmp_path / "ref.jsonl", _travel(40))
+  (tmp_path / "empty.jsonl").write_text("")
+  _write_queries(tmp_path / "small.jsonl", _travel(5))
+  assert cli.main(["fit", "--reference", str(tmp_path / "ref.jsonl"), "--out",
+                   str(tmp_path / "router")]) == 0
+  manifest = tmp_path / "router" / "manifest.json"
+  info = json.loads(manifest.read_text())
+  (tmp_path / "old").mkdir()
+  for name in ("vocabulary.json", "arrays.npz"):
+    (tmp_path / "old" / name).write_bytes((tmp_path / "router" / name).read_bytes())
+  (tmp_path / "old" / "manifest.json").write_text(json.dumps({**info, "format": "toolscout-router/0"}))
+
+  cases = [
+      (["route", "--router", str(tmp_path / "router"), "--queries", str(tmp_path / "empty.jsonl"),
+        "--out", str(tmp_path / "o.jsonl")], "no queries"),
+      (["fit", "--reference", str(tmp_path / "small.jsonl"), "--out", str(tmp_path / "r2")],
+       "only 5 reference queries"),
+      (["route", "--router", str(tmp_path / "old"), "--queries", str(tmp_path / "ref.jsonl"),
+        "--out", str(tmp_path / "o.jsonl")], "'toolscout-router/0' is not supported"),
+  ]
+  for args, message in cases:
+    result = _run_script(*args)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+  assert not (tmp_path / "o.jsonl").exists()
+  assert not (tmp_path / "r2").exists()
+
+
+def test_experiment_tiny_writes_report(tmp_path, shared_data):
+  out = tmp_path / "report"
+  assert cli.main(["experiment", "--config", "tiny", "--out", str(out), "--set",
+                   f"toollens_spec=beir:{shared_data / 'toollens'}"]) == 0
+  report = json.loads((out / "report.json").read_text())
+  assert (out / "report.png").stat().st_size > 10_000
+  text = (out / "report.md").read_text()
+  assert "Coverage@20 per source" in text and "Skill-card rendering check" in text
+  assert report["config"]["name"] == "tiny"
+  names = list(report["per_source"])
+  assert names[0] == "toollens" and "toollens_api" in names
+  for entry in report["per_source"].values():
+    for value in entry["coverage"].values():
+      assert 0 <= value <= 1
+    assert 0 <= entry["detectors"]["tfidf"] <= 1
+  assert set(report["detectors"]) == {"tfidf", "tfidf_tool", "semantic", "length_gap",
+                                      "multistep_gap"}
+  assert 0 <= report["summary"]["mixed_routed_batch"] <= 1
+  assert report["skill_cards"]["example_card"].startswith("Skill: ")
