@@ -64,6 +64,9 @@ class TrainConfig:
   k_neg: int = 64                     # |C_i|, the gold set included
   negative_mix: tuple[float, float, float] = (0.5, 0.3, 0.2)  # uniform, in-batch, hard
   hard_neighbors: int = 8             # nearest neighbours considered per gold tool
+  # Share of negatives drawn as subsets of the query's current shortlist S ∪ E* (not in the
+  # paper; negatives.sample_pools). The paper's mix splits the rest.
+  shortlist_negatives: float = 0.0
   eta: float = 0.0                    # η, weight of L_self (0 disables it)
   # μ, weight of an auxiliary per-tool loss on ℓ (losses.tool_loss); 0 = the paper's Eq. 10.
   tool_loss_weight: float = 0.0
@@ -99,6 +102,8 @@ def validate(config: Config) -> Config:
   if len(mix) != 3 or any(x < 0 for x in mix) or abs(sum(mix) - 1) > 1e-6:
     raise UserError(f"train.negative_mix must be three non-negative fractions summing to 1 "
                     f"(uniform, in-batch, hard), got {mix}")
+  if not 0 <= t.shortlist_negatives < 1:
+    raise UserError(f"train.shortlist_negatives must be in [0, 1), got {t.shortlist_negatives}")
   if t.k_neg < 2:
     raise UserError(f"train.k_neg must be ≥ 2 (the gold set plus at least one negative), "
                     f"got {t.k_neg}")

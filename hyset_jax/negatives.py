@@ -25,13 +25,13 @@ from hyset_jax.errors import UserError
 
 class Pools(NamedTuple):
   """members: int32[B, K_neg, M] tool rows (padding 0); mask: bool[B, K_neg, M];
-  source: int8[B, K_neg] — 0 gold, 1 uniform, 2 in-batch, 3 hard, 4 forced (Ê)."""
+  source: int8[B, K_neg] — 0 gold, 1 uniform, 2 in-batch, 3 hard, 4 forced (Ê), 5 shortlist."""
   members: np.ndarray
   mask: np.ndarray
   source: np.ndarray
 
 
-GOLD, UNIFORM, IN_BATCH, HARD, FORCED = range(5)
+GOLD, UNIFORM, IN_BATCH, HARD, FORCED, SHORTLIST = range(6)
 
 
 def split_counts(num_negatives: int, mix: Sequence[float]) -> tuple[int, int, int]:
@@ -78,9 +78,19 @@ def _hard(rng: np.random.Generator, gold: tuple, neighbors: np.ndarray, count: i
   return [tuple(r) for r in new[ok].tolist()]
 
 
+def _shortlist_subsets(rng: np.random.Generator, universe: np.ndarray, max_size: int,
+                       count: int) -> list[tuple]:
+  """``count`` random subsets (sizes uniform in 1..M) of ``universe`` = S ∪ E*."""
+  u = len(universe)
+  sizes = rng.integers(1, min(max_size, u) + 1, count)
+  order = np.argsort(rng.random((count, u)), axis=1)
+  return [tuple(sorted(universe[order[c, :sizes[c]]].tolist())) for c in range(count)]
+
+
 def sample_pools(gold_sets: Sequence[tuple[int, ...]], rows: Sequence[int], *, num_tools: int,
                  k_neg: int, max_size: int, mix: Sequence[float], neighbors: np.ndarray,
-                 seed: int, step: int, forced: Sequence[tuple[int, ...] | None] | None = None
+                 seed: int, step: int, forced: Sequence[tuple[int, ...] | None] | None = None,
+                 shortlists: np.ndarray | None = None, shortlist_fraction: float = 0.0
                  ) -> Pools:
   """Candidate pools for the batch rows ``rows`` (indices into the global batch).
 
@@ -94,6 +104,10 @@ def sample_pools(gold_sets: Sequence[tuple[int, ...]], rows: Sequence[int], *, n
     neighbors: int[B_global, M, k] nearest neighbours of each gold member under the current Z.
     seed, step: with the global row, the only inputs to the random stream.
     forced: per global row, a model-selected set Ê to include (L_self), or None.
+    shortlists: int[B_global, K_pool] each query's current inference shortlist S (Eq. 13).
+    shortlist_fraction: share of the negatives drawn as random subsets of S ∪ E* — the sets
+      stage 2 actually compares (supersets, subsets and near misses of E*). Not in the paper,
+      whose mix is the remaining (1 − fraction) share; 0 disables it.
 
   Returns:
     Pools for ``len(rows)`` queries; pool position 0 is the gold set.
@@ -124,6 +138,10 @@ def sample_pools(gold_sets: Sequence[tuple[int, ...]], rows: Sequence[int], *, n
     extra = forced[row] if forced is not None else None
     if extra is not None and len(extra):
       add([tuple(sorted(extra))], FORCED, 1)
+    if shortlist_fraction > 0 and shortlists is not None:
+      n_short = int(round(shortlist_fraction * (k_neg - len(pool))))
+      universe = np.union1d(shortlists[row], gold)
+      add(_shortlist_subsets(rng, universe, max_size, 2 * n_short + 4), SHORTLIST, n_short)
     n_uni, n_batch, n_hard = split_counts(k_neg - len(pool), mix)
     # Other queries' gold sets, in random order; a few spares cover duplicates.
     picks = rng.choice(len(gold_sets), size=min(len(gold_sets), 2 * n_batch + 2), replace=False)

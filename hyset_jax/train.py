@@ -102,7 +102,8 @@ def prepare_data(config: config_lib.Config) -> TrainingData:
 def init_trainable(tool_embeddings: np.ndarray, query_dim: int, mc: config_lib.ModelConfig,
                    seed: int) -> dict[str, jax.Array]:
   """The trained leaves of θ for the configured interaction mode."""
-  p = model.init_params(tool_embeddings, query_dim, mc.max_set_size, jax.random.key(seed))
+  p = model.init_params(tool_embeddings, query_dim, mc.max_set_size, jax.random.key(seed),
+                        scale=mc.init_scale)
   trainable = {"z": p.tool_embeddings, "p": p.projection}
   if mc.interaction == "per_cardinality":
     trainable["m"] = p.interactions
@@ -156,10 +157,16 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, mc: config_lib
   """
   def loss_fn(trainable):
     params = materialize(trainable, mc)
+    # Pool position 0 holds each query's gold set E*.
     scores = scoring.set_scores(params, batch["query"], batch["members"], batch["mask"])
     penalty_on = trainable.get("m", jnp.zeros((0,), params.tool_embeddings.dtype))
     loss, parts = losses.total_loss(scores, batch["selected"], batch["reward"], penalty_on,
                                     eta=tc.eta, l2=tc.interaction_l2)
+    if tc.tool_loss_weight:
+      logits = scoring.tool_logits(batch["query"], params.projection, params.tool_embeddings)
+      parts["loss_tool"] = losses.tool_loss(logits, batch["members"][:, 0], batch["mask"][:, 0])
+      loss = loss + tc.tool_loss_weight * parts["loss_tool"]
+      parts["loss"] = loss
     parts["pool_acc"] = jnp.mean(jnp.argmax(scores, axis=-1) == 0)
     return loss, parts
 
@@ -168,6 +175,9 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, mc: config_lib
   trainable = project(optax.apply_updates(state.trainable, updates))
   parts["grad_norm"] = optax.tree.norm(grads)
   return TrainState(trainable, opt_state), parts
+
+
+_shortlist_fn = jax.jit(inference.shortlist, static_argnames=("k1", "k_pool", "max_size"))
 
 
 def make_step_fn(mesh: jax.sharding.Mesh, mc: config_lib.ModelConfig,
@@ -508,9 +518,15 @@ def train_and_evaluate(config: config_lib.Config, workdir: str | os.PathLike, *,
       padded[i, :len(g)] = g
     nbrs = np.asarray(gold_neighbors(params.tool_embeddings, padded, tc.hard_neighbors))
     forced = [reward_cache.get(int(i), (None, 0.0))[0] for i in idx]
+    shortlists = None
+    if tc.shortlist_negatives:
+      shortlists = np.asarray(_shortlist_fn(params, train.embeddings[idx], k1=mc.k1,
+                                            k_pool=mc.k_pool, max_size=mc.max_set_size).tools)
     pools = negatives.sample_pools(gold, local_rows, num_tools=len(data.tool_ids), k_neg=tc.k_neg,
                                    max_size=mc.max_set_size, mix=tc.negative_mix,
-                                   neighbors=nbrs, seed=tc.seed, step=step, forced=forced)
+                                   neighbors=nbrs, seed=tc.seed, step=step, forced=forced,
+                                   shortlists=shortlists,
+                                   shortlist_fraction=tc.shortlist_negatives)
     selected = np.zeros(local, np.int32)
     reward = np.zeros(local, np.float32)
     for j, row in enumerate(local_rows):
