@@ -1,6 +1,7 @@
 """BFCL (the data shipped in bfcl-eval): ~1.85k functions, ~2.5k answered queries, 1-5 calls.
 
 The default data set of `make demo`. Splits are the deterministic id-hash split (80/10/10).
+Same two additions to the paper's objective as configs/toollens.py (set both to 0 to remove).
 """
 from hyset_jax.config import Config, DataConfig, ModelConfig, TrainConfig
 
@@ -11,4 +12,5 @@ def get_config() -> Config:
       data=DataConfig(spec="bfcl"),
       model=ModelConfig(max_set_size=5, k1=15, k_pool=20),
       train=TrainConfig(batch_size=128, num_steps=600, learning_rate=3e-3, warmup_steps=50,
-                        k_neg=64, log_every=25, eval_every=100, checkpoint_every=100, patience=3))
+                        k_neg=64, log_every=25, eval_every=100, checkpoint_every=100, patience=3,
+                        tool_loss_weight=1.0, shortlist_negatives=0.4))

@@ -424,7 +424,7 @@ def train_and_evaluate(config: config_lib.Config, workdir: str | os.PathLike, *,
   """
   config_lib.validate(config)
   maybe_initialize_distributed()
-  workdir = pathlib.Path(workdir)
+  workdir = pathlib.Path(workdir).absolute()  # Orbax wants absolute paths
   tc, mc = config.train, config.model
   _check_workdir(workdir, config)
   n_dev = num_devices or jax.device_count()
