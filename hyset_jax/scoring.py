@@ -71,8 +71,7 @@ def align_scores(logits: jax.Array, mask: jax.Array) -> jax.Array:
   >>> float(align_scores(np.array([2., 0., 99.]), np.array([True, True, False])))  # doctest: +ELLIPSIS
   1.76159...
   """
-  neg_inf = jnp.finfo(logits.dtype).min
-  shifted_max = jnp.max(jnp.where(mask, logits, neg_inf), axis=-1, keepdims=True)
+  shifted_max = jnp.max(jnp.where(mask, logits, -jnp.inf), axis=-1, keepdims=True)
   w = jnp.where(mask, jnp.exp(jnp.where(mask, logits - shifted_max, 0.0)), 0.0)
   return jnp.sum(w * jnp.where(mask, logits, 0.0), axis=-1) / jnp.sum(w, axis=-1)
 
