@@ -32,7 +32,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = build_parser()
+  return run(build_parser(), argv)
+
+
+def run(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
+  """Parse, dispatch to ``args.func``, and turn :class:`UserError` into exit code 2.
+
+  Shared by the ``hyset`` and ``toolscout`` console scripts.
+  """
   args = parser.parse_args(argv)
   try:
     return int(args.func(args) or 0)

@@ -164,16 +164,8 @@ def run_experiment(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = build_parser()
-  args = parser.parse_args(argv)
-  try:
-    return int(args.func(args) or 0)
-  except UserError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
-  except KeyboardInterrupt:
-    print("interrupted", file=sys.stderr)
-    return 130
+  from hyset_jax.cli import run
+  return run(build_parser(), argv)
 
 
 if __name__ == "__main__":
