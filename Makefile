@@ -8,7 +8,7 @@ DATA      ?= ../shared/data
 # Eight fake CPU devices so data-parallel code paths run everywhere.
 export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench soak clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all
+
+# Repeated SIGKILL/restart cycles of a training process (slow; not part of `make test`).
+soak: $(STAMP)
+	$(BIN)/python -m benchmarks.soak_kill_resume --cycles 20
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -10,7 +10,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from distributed_train_script import synthetic_data
+from hyset_jax.testing import synthetic_data
 from hyset_jax import cli, inference, modeldir, reference, train
 from hyset_jax import config as config_lib
 

@@ -14,13 +14,11 @@ from safetensors.numpy import load_file
 
 from hyset_jax import train
 
-from test_train import small_config, synthetic_data
-
-WORKER = pathlib.Path(__file__).with_name("fault_worker.py")
-
+from hyset_jax.testing import small_config, synthetic_data
 
 def run_worker(workdir, kill_at_step=None):
-  proc = subprocess.Popen([sys.executable, str(WORKER), str(workdir)],
+  """``python -m hyset_jax.testing WORKDIR`` (40 synthetic steps, a checkpoint every 5)."""
+  proc = subprocess.Popen([sys.executable, "-m", "hyset_jax.testing", str(workdir)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
   if kill_at_step is None:
     assert proc.wait(timeout=300) == 0, proc.stderr.read()

@@ -9,36 +9,7 @@ import pytest
 from hyset_jax import config as config_lib
 from hyset_jax import losses, negatives, train
 from hyset_jax.errors import UserError
-
-
-def synthetic_data(n_tools=40, dim=16, n_queries=96, max_size=3, seed=0):
-  """Queries near the mean of their gold tools' embeddings: learnable, and no encoder needed."""
-  rng = np.random.default_rng(seed)
-  tools = rng.normal(size=(n_tools, dim)).astype(np.float32)
-  tools /= np.linalg.norm(tools, axis=1, keepdims=True)
-
-  def queries(n, salt):
-    r = np.random.default_rng((seed, salt))
-    gold = [tuple(sorted(r.choice(n_tools, r.integers(1, max_size + 1), replace=False).tolist()))
-            for _ in range(n)]
-    emb = np.stack([tools[list(g)].mean(0) + 0.3 * r.normal(size=dim) for g in gold])
-    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
-    return train.QuerySet(tuple(f"q{salt}_{i}" for i in range(n)), tuple("" for _ in range(n)),
-                          emb.astype(np.float32), tuple(gold))
-  return train.TrainingData(tuple(f"t{i}" for i in range(n_tools)), tools, "synthetic",
-                            {"train": queries(n_queries, 1), "validation": queries(32, 2),
-                             "test": queries(32, 3)})
-
-
-def small_config(rewards=None, **train_overrides):
-  c = config_lib.Config(name="test", rewards=rewards or config_lib.RewardConfig())
-  c.model = config_lib.ModelConfig(max_set_size=3, k1=4, k_pool=8)
-  c.train = config_lib.TrainConfig(batch_size=16, num_steps=12, learning_rate=1e-2,
-                                   warmup_steps=2, k_neg=12, log_every=2, eval_every=4,
-                                   checkpoint_every=4, patience=100, eval_batch_size=32)
-  for k, v in train_overrides.items():
-    setattr(c.train, k, v)
-  return config_lib.validate(c)
+from hyset_jax.testing import small_config, synthetic_data
 
 
 # ------------------------------------------------------------------ negatives
