@@ -581,7 +581,7 @@ def train_and_evaluate(config: config_lib.Config, workdir: str | os.PathLike, *,
       mlog.write(row)
     if done % tc.checkpoint_every == 0 or done == tc.num_steps:
       save(done)
-    if loop["stale_evals"] > tc.patience:
+    if loop["stale_evals"] > tc.patience and done < tc.num_steps:
       log.info("early stop at step %d: no better val recall@5 for %d evaluations", done,
                loop["stale_evals"])
       save(done)
