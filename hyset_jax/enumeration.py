@@ -1,23 +1,41 @@
 """Exhaustive scoring of every subset E ⊆ S, 1 ≤ |E| ≤ M, of a K-tool shortlist (paper Eq. 14).
 
 Subsets are listed once per (K, M) in a static :class:`SubsetTable`: by size ascending, and within
-a size in *colex* order (ordered by the largest element, then the next largest, …). Colex order has
-the property the fast path relies on: the k-subsets whose largest element is c are exactly
-{p ∪ {c}} for the first C(c, k−1) (k−1)-subsets p. So each level of the enumeration is built from
-contiguous slices of the previous one plus a broadcast add — no gathers (design.md §3).
+a size in *colex* order (ordered by the largest element, then the next largest, …). The colex
+rank of {s_1 < … < s_k} is Σ_j C(s_j, j), so the row of any subset, and of the subsets it is
+built from, is known when the table is built (design.md §3).
 
-Implementations of the same function, measured against each other in ``benchmarks/``:
+Three implementations of the same function, measured against each other in ``benchmarks/``:
 
-- :func:`score_subsets_gather` — gathers each subset's members from the tables; the default.
-- :func:`score_subsets_colex` — the level recurrence above.
+- :func:`score_subsets_gather` — the default: gathers each subset's members and pairs from
+  per-query tables and sums them, C(m, 2) + 2m − 2 terms per m-subset.
+- :func:`score_subsets_colex` — the level recurrence: a k-subset E = p ∪ {c} (c its largest
+  element) is scored from its parent p and one sibling, a few operations per subset.
+- :func:`score_subsets_matmul` — the incidence-matmul form: F_align = (A·(wℓ)) / (A·w) and
+  F_set = A_pairs,m · g_m, one matmul per size and quantity (f32, or bf16 operands).
 
-Both take the per-query shortlist quantities ℓ (f32[Q, K]) and the pair matrices
-G_m = Z_S M_m Z_Sᵀ (f32[Q, M−1, K, K]) and return :class:`SubsetScores`.
+All take the per-query shortlist quantities ℓ (f32[Q, K]) and the pair matrices
+G_m = Z_S M_m Z_Sᵀ (f32[Q, M−1, K, K]) and return :class:`SubsetScores`; each is jitted (the
+table is a static argument) and compiles in about a second at K = 20, M = 5.
+
+Why gather is the default (K_pool = 20, M = 5, XLA:CPU, benchmarks/results/speed.md): it is
+exact for any logit range, fastest at batches ≤ 64 and ≥ 1024, needs no O(C(K,2)·C(K,M))
+constants (so it runs at K = 30), and on XLA:CPU the colex recurrence loses its operation-count
+advantage (XLA recomputes or spills the shared levels). On GPU/TPU re-measure with
+``hyset bench enumerate``: the matmul forms suit tensor cores and MXUs.
+
+Numerics: the gather and colex forms reorder the shortlist by ascending ℓ (``positions``
+records the order), so a subset's largest position also holds its largest logit c, and its
+softmax sums are kept relative to ℓ_c: every weight is exp(ℓ_i − ℓ_c) ≤ 1 and the largest is
+exactly 1. Exact for any logit range. The matmul form shifts by the query's largest shortlist
+logit instead (one shift per query is what makes it a matmul); it is exact while every set's
+largest logit is within ~80 of it (f32 exp underflows below −87), which holds for cosine-scale
+logits; a set entirely below that range gets its largest member's logit as F_align.
 
 Tie-breaking: :func:`best_sets` takes the first maximum in table order, i.e. the smallest set
 wins an exact tie between sizes; within a size, ties resolve by the colex order of the positions
-each implementation reports (shortlist order for the gather form, ascending-ℓ order for the
-colex form). Exact ties between distinct sets need exactly equal floating-point scores.
+each implementation reports (ascending-ℓ order for gather and colex, shortlist order for
+matmul). Exact ties between distinct sets need exactly equal floating-point scores.
 """
 from __future__ import annotations
 
@@ -32,7 +50,9 @@ import numpy as np
 
 from hyset_jax.errors import UserError
 
-Method = Literal["colex", "gather"]
+Method = Literal["colex", "gather", "matmul", "matmul_bf16"]
+# Chosen from benchmarks/results (K_pool = 20, M = 5 on XLA:CPU): see benchmarks/README.md.
+DEFAULT_METHOD: Method = "gather"
 
 
 def count_subsets(k_pool: int, max_size: int) -> int:
@@ -82,12 +102,31 @@ def validate_sizes(k_pool: int, max_size: int, *, k1: int | None = None,
                     f"lower --k-pool (and --k1) or use a larger library")
 
 
-def _colex(k_pool: int, size: int) -> list[tuple[int, ...]]:
-  """k-subsets of range(K) in colex order, built by the same recurrence the fast path uses."""
-  level = [(c,) for c in range(k_pool)]
+def _colex(k_pool: int, size: int) -> np.ndarray:
+  """int32[C(K, size), size]: the size-subsets of range(K) in colex order, members ascending.
+
+  Built by the recurrence of the module docstring: the subsets whose largest element is c are
+  the first C(c, size − 1) smaller subsets, each with c appended.
+  """
+  level = np.arange(k_pool, dtype=np.int32)[:, None]
   for k in range(2, size + 1):
-    level = [p + (c,) for c in range(k - 1, k_pool) for p in level[:math.comb(c, k - 1)]]
+    level = np.concatenate([
+        np.concatenate([level[:math.comb(c, k - 1)],
+                        np.full((math.comb(c, k - 1), 1), c, np.int32)], axis=1)
+        for c in range(k - 1, k_pool)])
   return level
+
+
+def colex_rank(members: np.ndarray) -> np.ndarray:
+  """Row of each subset within its size block: Σ_j C(s_j, j + 1) for ascending members s.
+
+  >>> colex_rank(np.array([[0, 1], [0, 2], [1, 2], [0, 3]])).tolist()
+  [0, 1, 2, 3]
+  """
+  k = members.shape[-1]
+  binom = np.array([[math.comb(s, j + 1) for j in range(k)]
+                    for s in range(int(members.max(initial=0)) + 1)], np.int64)
+  return binom[members, np.arange(k)].sum(-1)
 
 
 @functools.lru_cache(maxsize=32)
@@ -99,17 +138,20 @@ def subset_table(k_pool: int, max_size: int) -> SubsetTable:
   [[0, 1], [0, 2], [1, 2], [0, 3], [1, 3], [2, 3]]
   """
   validate_sizes(k_pool, max_size)
-  rows = [s for m in range(1, max_size + 1) for s in _colex(k_pool, m)]
-  members = np.zeros((len(rows), max_size), np.int32)
-  mask = np.zeros((len(rows), max_size), bool)
-  for i, s in enumerate(rows):
-    members[i, :len(s)] = s
-    mask[i, :len(s)] = True
+  blocks = [_colex(k_pool, m) for m in range(1, max_size + 1)]
+  n = sum(len(b) for b in blocks)
+  members = np.zeros((n, max_size), np.int32)
+  mask = np.zeros((n, max_size), bool)
+  offsets = [0]
+  for m, block in enumerate(blocks, start=1):
+    lo = offsets[-1]
+    members[lo:lo + len(block), :m] = block
+    mask[lo:lo + len(block), :m] = True
+    offsets.append(lo + len(block))
   sizes = mask.sum(1).astype(np.int32)
-  offsets = tuple(int(np.searchsorted(sizes, m)) for m in range(1, max_size + 1)) + (len(rows),)
   for a in (members, mask, sizes):
     a.setflags(write=False)
-  return SubsetTable(k_pool, max_size, members, mask, sizes, offsets)
+  return SubsetTable(k_pool, max_size, members, mask, sizes, tuple(offsets))
 
 
 class SubsetScores(NamedTuple):
@@ -132,8 +174,164 @@ def _check_inputs(logits: jax.Array, pairs: jax.Array, table: SubsetTable) -> No
         f"{table.k_pool}, {table.k_pool}], got {logits.shape} and {pairs.shape}")
 
 
-def score_subsets_gather(logits: jax.Array, pairs: jax.Array, table: SubsetTable) -> SubsetScores:
-  """Score every subset by gathering its members' ℓ and pair scores.
+# ---------------------------------------------------------------------------------------------
+# Query-last tables and output assembly, shared by the gather and colex forms.
+#
+# How XLA:CPU treats these programs decides their speed more than the arithmetic does, so the
+# structure below is deliberate (measurements in benchmarks/README.md):
+# - Scores are computed with queries on the minor axis ([rows, Q]): every static-index gather
+#   then moves a contiguous run of queries and vectorises; along the minor axis it would be
+#   scalar loads (~10x slower).
+# - XLA fuses each block of subsets into one loop that reads the per-query tables. The loop
+#   vectorises only if the tables are physically query-last, which layout assignment
+#   guarantees only for the output of an op XLA will not fuse into its consumers: a gather
+#   (expensive, and its consumers reuse elements). So the tables are built by gathers whose
+#   output already has queries last; a transpose there would be fused in as a strided read.
+# - The API returns [Q, n]. A transpose of the scoring loops' output would be fused into them
+#   too (computing in transposed order, ~10x slower). So the scores are produced as ≥ 9 row
+#   pieces and concatenated — XLA:CPU never fuses a concatenate of more than 8 operands — and
+#   the transpose is a separate copy of the materialised [n, Q] scores.
+
+
+class _Tables(NamedTuple):
+  """Per-query tables, queries on the minor axis.
+
+  order: int32[Q, K] ascending-ℓ order (the reported positions).
+  ell: f32[K, Q] ℓ in that order.
+  expo: f32[K·K, Q]; row a·K + c holds exp(ℓ_a − ℓ_c), ≤ 1 for a ≤ c.
+  pairs: f32[M−1, K·K, Q]; row a·K + c of block m − 2 holds G_m[order a, order c].
+  """
+  order: jax.Array
+  ell: jax.Array
+  expo: jax.Array
+  pairs: jax.Array
+
+
+def _sorted_tables(logits: jax.Array, pairs: jax.Array) -> _Tables:
+  q, k = logits.shape
+  order = jnp.argsort(logits, axis=1, stable=True).astype(jnp.int32)
+  queries = jnp.arange(q)
+  order_t = order.T                                                      # [K, Q]
+  ell = logits[queries[None, :], order_t]                                # [K, Q]
+  flat = (order_t[:, None, :] * k + order_t[None, :, :]).reshape(k * k, q)
+  sizes = jnp.arange(pairs.shape[1])[:, None, None]
+  g = pairs.reshape(q, -1, k * k)[queries[None, None, :], sizes, flat[None]]  # [M−1, K·K, Q]
+  expo = jnp.exp(jnp.minimum(ell[:, None, :] - ell[None, :, :], 0.0))   # [K, K, Q]
+  return _Tables(order, ell, expo.reshape(k * k, q), g)
+
+
+_MIN_PIECES = 9      # a concatenate of more than 8 operands is never fused on XLA:CPU
+_PIECE_ROWS = 2048
+
+
+def _row_pieces(sizes: list[int]) -> list[list[tuple[int, int]]]:
+  """Row ranges splitting blocks of the given sizes into ≥ _MIN_PIECES pieces in total
+  (when there are that many rows), none longer than _PIECE_ROWS."""
+  counts = [max(1, -(-n // _PIECE_ROWS)) for n in sizes]
+  while sum(counts) < _MIN_PIECES and any(c < n for c, n in zip(counts, sizes)):
+    i = max(range(len(sizes)), key=lambda j: sizes[j] / counts[j] if counts[j] < sizes[j] else 0)
+    counts[i] += 1
+  return [[(n * i // c, n * (i + 1) // c) for i in range(c)] for n, c in zip(sizes, counts)]
+
+
+def _query_major(pieces: list[jax.Array]) -> jax.Array:
+  """Concatenate query-last row pieces f32[rows_i, Q] into f32[Q, Σ rows_i]."""
+  return jnp.concatenate(pieces, axis=0).T
+
+
+# ---------------------------------------------------------------------------------------------
+# Colex level recurrence.
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _ColexLevel:
+  """Static indices for the k-subsets E = p ∪ {c}, c = max E, b = max p, p' = p \\ {b}.
+
+  parent: row of p among the (k−1)-subsets.
+  sibling: row of p' ∪ {c} among the (k−1)-subsets (k ≥ 3).
+  pair: b·K + c, the row of (b, c) in the K×K tables.
+  last: c.
+  """
+  parent: np.ndarray
+  sibling: np.ndarray | None
+  pair: np.ndarray
+  last: np.ndarray
+
+  def rows(self, lo: int, hi: int) -> "_ColexLevel":
+    return _ColexLevel(self.parent[lo:hi], None if self.sibling is None else self.sibling[lo:hi],
+                       self.pair[lo:hi], self.last[lo:hi])
+
+
+@functools.lru_cache(maxsize=32)
+def _colex_levels(k_pool: int, max_size: int) -> tuple[_ColexLevel, ...]:
+  table = subset_table(k_pool, max_size)
+  levels = []
+  for k in range(2, max_size + 1):
+    mem = table.members[table.offsets[k - 1]:table.offsets[k], :k]
+    c, b = mem[:, -1], mem[:, -2]
+    sibling = None
+    if k >= 3:
+      sibling = colex_rank(np.concatenate([mem[:, :-2], c[:, None]], axis=1)).astype(np.int32)
+    levels.append(_ColexLevel(colex_rank(mem[:, :-1]).astype(np.int32), sibling,
+                              (b * k_pool + c).astype(np.int32), c.astype(np.int32)))
+  return tuple(levels)
+
+
+class _Level(NamedTuple):
+  """Per-subset state of one level, f32[rows, Q] each: softmax sums relative to the largest
+  logit, and for every cardinality m still needed the pair sum P_m and new-member term D_m."""
+  s0: jax.Array
+  s1: jax.Array
+  pair_sums: dict
+  new_terms: dict
+
+
+def _colex_step(t: _Tables, prev: _Level, lv: _ColexLevel, k: int, big_m: int) -> _Level:
+  """Level k from level k − 1 (see :func:`_colex_query_last`)."""
+  e = t.expo[lv.pair]
+  s0 = 1.0 + e * prev.s0[lv.parent]
+  s1 = t.ell[lv.last] + e * prev.s1[lv.parent]
+  pair_sums, new_terms = {}, {}
+  for m in range(k, big_m + 1):
+    g = t.pairs[m - 2][lv.pair]
+    if k == 2:
+      new_terms[m] = pair_sums[m] = g
+    else:
+      new_terms[m] = prev.new_terms[m][lv.sibling] + g
+      pair_sums[m] = prev.pair_sums[m][lv.parent] + new_terms[m]
+  return _Level(s0, s1, pair_sums, new_terms)
+
+
+def _colex_query_last(t: _Tables, table: SubsetTable) -> list[jax.Array]:
+  """The recurrence on query-last tables; returns row pieces of f32[n, Q] in table order.
+
+  Per subset E = p ∪ {c} of size k, with e = exp(ℓ_b − ℓ_c), b = max p:
+    S0(E) = 1 + e·S0(p),  S1(E) = ℓ_c + e·S1(p)          (softmax sums relative to ℓ_c)
+    D_m(E) = Σ_{i∈p} G_m[i, c] = D_m(p' ∪ {c}) + G_m[b, c]
+    P_m(E) = Σ_{pairs ⊆ E} G_m = P_m(p) + D_m(E)          (for every m ≥ k still needed)
+    F(E) = P_k(E) + S1(E) / S0(E).
+  """
+  big_m = table.max_size
+  levels = _colex_levels(table.k_pool, big_m)
+  sizes = [table.offsets[m] - table.offsets[m - 1] for m in range(1, big_m + 1)]
+  pieces = []
+  prev = _Level(jnp.ones_like(t.ell), t.ell, {}, {})
+  for k, ranges in enumerate(_row_pieces(sizes), start=1):
+    if k == 1:
+      pieces += [t.ell[lo:hi] for lo, hi in ranges]
+      continue
+    lv = levels[k - 2]
+    for lo, hi in ranges:
+      out = _colex_step(t, prev, lv.rows(lo, hi), k, k)
+      pieces.append(out.pair_sums[k] + out.s1 / out.s0)
+    if k < big_m:
+      prev = _colex_step(t, prev, lv, k, big_m)
+  return pieces
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def score_subsets_colex(logits: jax.Array, pairs: jax.Array, table: SubsetTable) -> SubsetScores:
+  """Score every subset with the colex level recurrence (a few operations per subset).
 
   Args:
     logits: f32[Q, K] ℓ of the shortlist tools.
@@ -141,84 +339,180 @@ def score_subsets_gather(logits: jax.Array, pairs: jax.Array, table: SubsetTable
     table: the subset table for (K, M).
 
   Returns:
+    SubsetScores; positions give the ascending-ℓ reordering.
+  """
+  _check_inputs(logits, pairs, table)
+  t = _sorted_tables(logits, pairs)
+  return SubsetScores(_query_major(_colex_query_last(t, table)), t.order)
+
+
+# ---------------------------------------------------------------------------------------------
+# Direct gathers.
+
+
+@functools.lru_cache(maxsize=32)
+def _gather_indices(k_pool: int, max_size: int) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+  """Per size m ≥ 2: the K×K-table rows of each subset's pairs (a·K + b, a < b) and of its
+  members against its largest element (i·K + c, i < c)."""
+  table = subset_table(k_pool, max_size)
+  out = []
+  for m in range(2, max_size + 1):
+    mem = table.members[table.offsets[m - 1]:table.offsets[m], :m].astype(np.int32)
+    a, b = np.triu_indices(m, 1)
+    out.append((mem[:, a] * k_pool + mem[:, b], mem[:, :-1] * k_pool + mem[:, -1:]))
+  return tuple(out)
+
+
+def _gather_query_last(t: _Tables, table: SubsetTable) -> list[jax.Array]:
+  """Direct gathers on query-last tables; returns row pieces of f32[n, Q] in table order."""
+  k = table.k_pool
+  weighted = t.expo * jnp.repeat(t.ell, k, axis=0)                       # e_ic ℓ_i at i·K + c
+  sizes = [table.offsets[m] - table.offsets[m - 1] for m in range(1, table.max_size + 1)]
+  ranges = _row_pieces(sizes)
+  pieces = [t.ell[lo:hi] for lo, hi in ranges[0]]
+  for m, (pair_rows, member_rows) in enumerate(_gather_indices(k, table.max_size), start=2):
+    for lo, hi in ranges[m - 1]:
+      pr, mr = pair_rows[lo:hi], member_rows[lo:hi]
+      # Separate gathers summed elementwise fuse into one loop; a [rows, C(m,2), Q] gather
+      # followed by a reduction would be written to memory first.
+      f_set = sum(t.pairs[m - 2][pr[:, j]] for j in range(pr.shape[1]))
+      num = t.ell[mr[:, 0] % k] + sum(weighted[mr[:, j]] for j in range(m - 1))
+      den = 1.0 + sum(t.expo[mr[:, j]] for j in range(m - 1))
+      pieces.append(f_set + num / den)
+  return pieces
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def score_subsets_gather(logits: jax.Array, pairs: jax.Array, table: SubsetTable) -> SubsetScores:
+  """Score every subset by gathering its members' softmax terms and its pair scores.
+
+  F(E) = Σ_{a<b ∈ E} G_m[a, b] + (ℓ_c + Σ_{i∈E, i≠c} e_ic ℓ_i) / (1 + Σ_{i≠c} e_ic), with c the
+  member of largest ℓ and e_ic = exp(ℓ_i − ℓ_c) ≤ 1.
+
+  Args and returns as :func:`score_subsets_colex`.
+  """
+  _check_inputs(logits, pairs, table)
+  t = _sorted_tables(logits, pairs)
+  return SubsetScores(_query_major(_gather_query_last(t, table)), t.order)
+
+
+# ---------------------------------------------------------------------------------------------
+# Incidence matmuls.
+
+
+@functools.lru_cache(maxsize=32)
+def _incidence(k_pool: int, max_size: int) -> tuple[tuple[np.ndarray, np.ndarray | None], ...]:
+  """Per size m: A_m f32[K, C(K,m)] member incidence, and for m ≥ 2 A_pairs,m
+  f32[C(K,2), C(K,m)] pair incidence (pairs in np.triu_indices(K, 1) order)."""
+  table = subset_table(k_pool, max_size)
+  pair_index = np.full((k_pool, k_pool), -1, np.int64)
+  iu = np.triu_indices(k_pool, 1)
+  pair_index[iu] = np.arange(len(iu[0]))
+  out = []
+  for m in range(1, max_size + 1):
+    mem = table.members[table.offsets[m - 1]:table.offsets[m], :m]
+    n_m = len(mem)
+    a = np.zeros((k_pool, n_m), np.float32)
+    a[mem, np.arange(n_m)[:, None]] = 1.0
+    ap = None
+    if m >= 2:
+      i, j = np.triu_indices(m, 1)
+      ap = np.zeros((len(iu[0]), n_m), np.float32)
+      ap[pair_index[mem[:, i], mem[:, j]], np.arange(n_m)[:, None]] = 1.0
+    out.append((a, ap))
+  return tuple(out)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def score_subsets_matmul(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
+                         operand_dtype=jnp.float32) -> SubsetScores:
+  """Score every subset with incidence matmuls (design.md §3), queries as matmul rows.
+
+  F_align = (wℓ · A_m) / (w · A_m) with w = exp(ℓ − max ℓ) per query, F_set = g_m · A_pairs,m
+  with g_m the upper triangle of G_m. The output is query-major as the matmuls write it.
+
+  Args:
+    logits, pairs, table: as :func:`score_subsets_colex`.
+    operand_dtype: dtype of the matmul operands (the 0/1 incidence matrices are exact in any
+      float type); results are f32 (bf16 on XLA:CPU, which lacks the mixed dot). bf16
+      operands round w, wℓ and g_m to 8 significant bits.
+
+  Returns:
     SubsetScores with identity positions.
   """
   _check_inputs(logits, pairs, table)
-  from hyset_jax.scoring import align_scores  # local: avoid a cycle in docs tooling
   q, k = logits.shape
+  # XLA:CPU has no bf16 × bf16 → f32 dot; there the product is rounded to bf16 as well.
+  acc = (jnp.float32 if operand_dtype == jnp.float32 or jax.default_backend() != "cpu"
+         else operand_dtype)
+  dot = functools.partial(jnp.dot, preferred_element_type=acc)
+  top = jnp.max(logits, axis=1, keepdims=True)
+  w = jnp.exp(logits - top)
+  iu = np.triu_indices(k, 1)
+  lhs_align = jnp.concatenate([w, w * logits], axis=0).astype(operand_dtype)   # [2Q, K]
   blocks = []
-  for m in range(1, table.max_size + 1):
-    lo, hi = table.offsets[m - 1], table.offsets[m]
-    idx = table.members[lo:hi, :m]                                   # [n_m, m]
-    f = align_scores(logits[:, idx], jnp.ones(idx.shape, bool))      # [Q, n_m]
-    if m >= 2:
-      a, b = np.triu_indices(m, 1)
-      flat = idx[:, a] * k + idx[:, b]                                # [n_m, C(m,2)]
-      f = f + jnp.sum(pairs[:, m - 2].reshape(q, k * k)[:, flat], axis=-1)
-    blocks.append(f)
+  for m, (a, ap) in enumerate(_incidence(k, table.max_size), start=1):
+    if m == 1:
+      blocks.append(logits)
+      continue
+    sums = dot(lhs_align, jnp.asarray(a, operand_dtype)).astype(jnp.float32)   # [2Q, n_m]
+    den, num = sums[:q], sums[q:]
+    g = pairs[:, m - 2][:, iu[0], iu[1]].astype(operand_dtype)                 # [Q, C(K,2)]
+    f_set = dot(g, jnp.asarray(ap, operand_dtype)).astype(jnp.float32)
+    # A set far below the query's top logit underflows to 0/0; its F_align is then its
+    # largest member's logit (the limit of the softmax average).
+    fallback = logits[:, table.members[table.offsets[m - 1]:table.offsets[m], m - 1]]
+    blocks.append(f_set + jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), fallback))
   positions = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (q, k))
   return SubsetScores(jnp.concatenate(blocks, axis=1), positions)
 
 
-def score_subsets_colex(logits: jax.Array, pairs: jax.Array, table: SubsetTable) -> SubsetScores:
-  """Score every subset with the colex level recurrence: slices and broadcast adds only.
+def score_subsets_matmul_bf16(logits: jax.Array, pairs: jax.Array,
+                              table: SubsetTable) -> SubsetScores:
+  """:func:`score_subsets_matmul` with bf16 operands and f32 accumulation (approximate:
+  scores within ~1e-2 relative; for MXUs and tensor cores)."""
+  return score_subsets_matmul(logits, pairs, table, operand_dtype=jnp.bfloat16)
 
-  The shortlist is first reordered by ascending ℓ, so the largest position of a set is also
-  its largest logit. Adding c to p then rescales p's softmax sums by exp(ℓ_max(p) − ℓ_c) ≤ 1:
-  the recurrence is exact for any logit range (no overflow, and what underflows is negligible).
 
-  F_set of the m-subsets under G_m is built bottom-up from the pair sums PS and row sums
-  R[p, :] = Σ_{i∈p} G_m[i, :] of the smaller subsets: PS(p ∪ c) = PS(p) + R[p, c] and
-  R(p ∪ c) = R(p) + G_m[c]. The chains of all cardinalities still needed at a level run
-  together on a stacked axis, so the program has one slice-and-add per (level, c) block.
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def score_subsets_subset_major(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
+                               method: Literal["colex", "gather"] = "gather"
+                               ) -> tuple[jax.Array, jax.Array]:
+  """The gather or colex scores before the final transpose: (f32[n, Q], positions int32[Q, K]).
 
-  Args and returns as :func:`score_subsets_gather`; positions give the reordering.
+  The same numbers as ``score_subsets(...).scores.T``. On XLA:CPU the transpose to [Q, n]
+  costs more than scoring (benchmarks/README.md), so a consumer that can read subset-major
+  scores (a reduction over subsets, say) should use this.
   """
   _check_inputs(logits, pairs, table)
-  q, k = logits.shape
-  big_m = table.max_size
-  order = jnp.argsort(logits, axis=1, stable=True).astype(jnp.int32)  # ascending ℓ
-  ell = jnp.take_along_axis(logits, order, axis=1)
-  g = jnp.take_along_axis(pairs, order[:, None, :, None], axis=2)
-  g = jnp.take_along_axis(g, order[:, None, None, :], axis=3)         # [Q, M-1, K, K]
-
-  # Level 1. align: (Σw, Σwℓ, ℓ_max) per set, w relative to the set's own ℓ_max.
-  align = jnp.stack([jnp.ones_like(ell), ell, ell], axis=1)           # [Q, 3, n]
-  pair_sum = jnp.zeros((q, big_m - 1, k), logits.dtype)                # [Q, chains, n]
-  rows = g                                                             # [Q, chains, n, K]
-  blocks = [ell]
-  for size in range(2, big_m + 1):
-    live = big_m - size + 1                  # chains for cardinalities m ≥ size
-    pair_sum, rows, g_live = pair_sum[:, -live:], rows[:, -live:], g[:, -live:]
-    new_align, new_sum, new_rows = [], [], []
-    for c in range(size - 1, k):
-      n = math.comb(c, size - 1)             # the (size−1)-subsets of {0..c−1}
-      l_c = ell[:, c:c + 1]
-      scale = jnp.exp(align[:, 2, :n] - l_c)
-      new_align.append(jnp.stack([1.0 + align[:, 0, :n] * scale,
-                                  l_c + align[:, 1, :n] * scale,
-                                  jnp.broadcast_to(l_c, scale.shape)], axis=1))
-      new_sum.append(pair_sum[:, :, :n] + rows[:, :, :n, c])
-      if size < big_m:
-        new_rows.append(rows[:, :, :n, :] + g_live[:, :, c:c + 1, :])
-    align = jnp.concatenate(new_align, axis=2)
-    pair_sum = jnp.concatenate(new_sum, axis=2)
-    rows = jnp.concatenate(new_rows, axis=2) if new_rows else None
-    # Chain 0 is cardinality `size`: its pair sums are F_set of this level.
-    blocks.append(pair_sum[:, 0] + align[:, 1] / align[:, 0])
-  return SubsetScores(jnp.concatenate(blocks, axis=1), order)
+  t = _sorted_tables(logits, pairs)
+  pieces = (_colex_query_last(t, table) if method == "colex" else _gather_query_last(t, table))
+  # In-place updates of one buffer: each piece is computed straight into it, where a
+  # concatenation would copy every score once more.
+  out = jnp.zeros((len(table), logits.shape[0]), logits.dtype)
+  row = 0
+  for piece in pieces:
+    out = jax.lax.dynamic_update_slice(out, piece, (row, 0))
+    row += piece.shape[0]
+  return out, t.order
 
 
-SCORERS = {"colex": score_subsets_colex, "gather": score_subsets_gather}
+SCORERS = {
+    "colex": score_subsets_colex,
+    "gather": score_subsets_gather,
+    "matmul": score_subsets_matmul,
+    "matmul_bf16": score_subsets_matmul_bf16,
+}
 
 
 def score_subsets(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
-                  method: Method = "gather") -> SubsetScores:
-  """Dispatch to one implementation by name (``gather`` or ``colex``)."""
+                  method: Method = DEFAULT_METHOD) -> SubsetScores:
+  """Dispatch to one implementation by name (see :data:`SCORERS`)."""
   try:
-    return SCORERS[method](logits, pairs, table)
+    scorer = SCORERS[method]
   except KeyError:
     raise UserError(f"unknown enumeration method {method!r}; choose one of {sorted(SCORERS)}")
+  return scorer(logits, pairs, table)
 
 
 class BestSets(NamedTuple):

@@ -40,7 +40,7 @@ def test_subset_table_counts_and_colex():
 
 
 @pytest.mark.parametrize("k_pool,max_size", [(5, 2), (7, 3), (9, 4), (10, 5)])
-@pytest.mark.parametrize("method", ["colex", "gather"])
+@pytest.mark.parametrize("method", ["colex", "gather", "matmul"])
 def test_enumeration_matches_bruteforce(k_pool, max_size, method):
   rng = np.random.default_rng(k_pool * 10 + max_size)
   z, p, ms = random_params(rng, k_pool, 6, max_size, scale=0.7)
@@ -66,7 +66,8 @@ def test_enumeration_matches_bruteforce(k_pool, max_size, method):
     assert np.all(np.diff(np.asarray(best.scores[q])) <= 0)
 
 
-def test_colex_is_exact_for_huge_logit_ranges():
+@pytest.mark.parametrize("method", ["colex", "gather"])
+def test_colex_is_exact_for_huge_logit_ranges(method):
   # ℓ spread of ~400: a shortlist-wide softmax shift would underflow to 0/0 here.
   rng = np.random.default_rng(1)
   z, p, ms = random_params(rng, 8, 4, 3)
@@ -77,7 +78,7 @@ def test_colex_is_exact_for_huge_logit_ranges():
   tools = jnp.broadcast_to(jnp.arange(8), (2, 8))
   logits = scoring.tool_logits(jnp.asarray(r, jnp.float32), params.projection, params.tool_embeddings)
   pairs = scoring.pair_matrices(params.tool_embeddings[tools], params.interactions)
-  a = enumeration.score_subsets_colex(logits, pairs, table)
+  a = enumeration.score_subsets(logits, pairs, table, method)
   assert np.all(np.isfinite(np.asarray(a.scores)))
   for q in range(2):
     pos = np.asarray(a.positions[q])
@@ -85,6 +86,42 @@ def test_colex_is_exact_for_huge_logit_ranges():
       members = tuple(pos[table.members[i, :table.sizes[i]]])
       assert float(a.scores[q, i]) == pytest.approx(ref.score(r[q], z, p, ms, members),
                                                     rel=1e-5, abs=1e-3)
+
+
+def _shortlist_inputs(seed, k_pool, max_size, logit_scale=1.0):
+  rng = np.random.default_rng(seed)
+  z, p, ms = random_params(rng, k_pool, 4, max_size, scale=0.5)
+  p *= logit_scale
+  r = rng.normal(size=(2, 4))
+  params = as_params(z, p, ms)
+  tools = jnp.broadcast_to(jnp.arange(k_pool), (2, k_pool))
+  logits = scoring.tool_logits(jnp.asarray(r, jnp.float32), params.projection, params.tool_embeddings)
+  pairs = scoring.pair_matrices(params.tool_embeddings[tools], params.interactions)
+  return r, z, p, ms, logits, pairs
+
+
+def test_matmul_shift_is_safe_for_huge_logit_ranges():
+  # One shift per query: exact for sets near the top logit, never NaN for the rest (their
+  # F_align falls back to their largest member's logit).
+  r, z, p, ms, logits, pairs = _shortlist_inputs(1, 8, 3, logit_scale=200.0)
+  table = enumeration.subset_table(8, 3)
+  out = enumeration.score_subsets(logits, pairs, table, "matmul")
+  scores = np.asarray(out.scores)
+  assert np.all(np.isfinite(scores))
+  ell = np.asarray(logits)
+  for q in range(2):
+    for i in range(len(table)):
+      members = tuple(table.members[i, :table.sizes[i]])
+      if ell[q].max() - ell[q, list(members)].max() < 60:
+        assert scores[q, i] == pytest.approx(ref.score(r[q], z, p, ms, members), rel=1e-5, abs=1e-3)
+
+
+def test_matmul_bf16_is_close_to_f32():
+  r, z, p, ms, logits, pairs = _shortlist_inputs(2, 8, 3)
+  table = enumeration.subset_table(8, 3)
+  f32 = np.asarray(enumeration.score_subsets(logits, pairs, table, "matmul").scores)
+  bf16 = np.asarray(enumeration.score_subsets(logits, pairs, table, "matmul_bf16").scores)
+  np.testing.assert_allclose(bf16, f32, atol=0.05 * (1 + np.abs(f32).max()))
 
 
 @pytest.mark.parametrize("n,k1,k_pool,max_size", [(30, 4, 8, 3), (40, 6, 10, 4), (25, 15, 20, 5)])

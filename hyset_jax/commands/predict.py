@@ -14,6 +14,9 @@ import numpy as np
 from hyset_jax.errors import UserError
 
 
+METHODS = ("gather", "colex", "matmul", "matmul_bf16")
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
   p = sub.add_parser("predict", help="predict tool sets with a hyset/1 model directory",
                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -26,8 +29,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--k-pool", type=int, help="shortlist size K_pool (default: the manifest's)")
   p.add_argument("--max-size", type=int, help="largest set size M (≤ the manifest's)")
   p.add_argument("--batch-size", type=int, default=256)
-  p.add_argument("--method", choices=("gather", "colex"), default="gather",
-                 help="subset-enumeration implementation (same answers)")
+  # Mirrors enumeration.SCORERS and DEFAULT_METHOD (not imported here: it would load JAX
+  # for ``hyset --help``); tests/test_bench.py checks they agree.
+  p.add_argument("--method", choices=METHODS, default="gather",
+                 help="subset-enumeration implementation (default gather; matmul_bf16 is "
+                      "approximate)")
   p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
   p.set_defaults(func=run)
 

@@ -1,0 +1,89 @@
+"""The Markdown report and PNG plots of one suite run (benchmarks/results/)."""
+from __future__ import annotations
+
+import pathlib
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def _fmt(x, digits=0):
+  return "–" if x is None else f"{x:,.{digits}f}"
+
+
+def _mib(b):
+  return "–" if not b else f"{b / 2**20:,.0f}"
+
+
+def main_table_md(rows, ref_qps, peak_gflops, write_floor_s) -> str:
+  lines = ["| implementation | method | batch | queries/s | subsets/s | × NumPy | "
+           "% arithmetic bound | % write floor | compile s | peak MiB |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  for r in rows:
+    if r["status"] != "ok":
+      lines.append(f"| {r['impl']} | | {r['batch']} | {r['status']} | | | | | | |")
+      continue
+    qps = r["queries_per_s"]
+    bound = 100 * qps * r["min_flops_per_query"] / (peak_gflops * 1e9)
+    # The floor was measured for the main batch; scale per query.
+    floor = 100 * (write_floor_s / r["batch_for_floor"]) * qps if r.get("batch_for_floor") else None
+    lines.append(
+        f"| {r['impl']} | {r.get('method') or ''} | {r['batch']} | {_fmt(qps)} | "
+        f"{_fmt(r['subsets_per_s'] / 1e6, 1)} M | {qps / ref_qps:,.2f} | {bound:.2f} | "
+        f"{_fmt(floor, 1)} | {_fmt(r.get('compile_s'), 2)} | {_mib(r.get('peak_bytes'))} |")
+  return "\n".join(lines)
+
+
+def sweep_md(rows, name: str) -> str:
+  values = sorted({r["value"] for r in rows})
+  impls = list(dict.fromkeys(r["impl"] for r in rows))
+  by = {(r["impl"], r["value"]): r for r in rows}
+  head = f"| {name} | " + " | ".join(f"{i} q/s" for i in impls) + " |"
+  lines = [head, "|" + "---:|" * (len(impls) + 1)]
+  for v in values:
+    cells = []
+    for i in impls:
+      r = by.get((i, v))
+      cells.append("–" if r is None else (_fmt(r["queries_per_s"]) if r["status"] == "ok"
+                                          else r["status"]))
+    lines.append(f"| {v} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def plot_sweep(rows, name: str, path: pathlib.Path, xlabel: str, logx: bool) -> None:
+  fig, ax = plt.subplots(figsize=(6, 4))
+  for impl in dict.fromkeys(r["impl"] for r in rows):
+    pts = sorted((r["value"], r["queries_per_s"]) for r in rows
+                 if r["impl"] == impl and r["status"] == "ok")
+    if pts:
+      ax.plot(*zip(*pts), marker="o", label=impl)
+  ax.set_xlabel(xlabel)
+  ax.set_ylabel("queries / s")
+  ax.set_yscale("log")
+  if logx:
+    ax.set_xscale("log", base=2)
+  ax.grid(True, which="both", alpha=0.3)
+  ax.legend()
+  ax.set_title(f"subset enumeration vs {name}")
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def plot_main(rows, ref_qps, path: pathlib.Path) -> None:
+  ok = [r for r in rows if r["status"] == "ok"]
+  fig, ax = plt.subplots(figsize=(7, 3.8))
+  names = [r["impl"] for r in ok]
+  ratios = [r["queries_per_s"] / ref_qps for r in ok]
+  ax.barh(names, ratios, color=["tab:blue" if n.startswith("jax") else "tab:gray" for n in names])
+  ax.set_xscale("log")
+  ax.axvline(1, color="k", lw=0.8)
+  ax.axvline(30, color="tab:red", lw=0.8, ls="--", label="goal: 30× NumPy")
+  ax.set_xlabel("queries/s relative to the NumPy reference (same run)")
+  ax.legend(loc="lower right")
+  ax.set_title("K_pool = 20, M = 5: every subset scored")
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

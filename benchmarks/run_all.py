@@ -1,0 +1,253 @@
+"""The full benchmark suite: ``python -m benchmarks.run_all`` (``make bench``).
+
+Sections (each measured in this one run, so ratios compare like with like):
+  1. machine: CPU, cores, load; the f32 matmul peak and the time to write the score matrix;
+  2. main table: every implementation at K_pool = 20, M = 5, batch 1024;
+  3. allocator: the default JAX method and NumPy with glibc's default allocator (subprocess);
+  4. sweeps: batch 1 → 16k, K_pool 10 → 30, M 2 → 6, embedding dim 0 → 768;
+  5. end to end at the paper's scale (N = 13,860, d = 768), encoder excluded and included;
+  6. training-step throughput on 1 and 8 fake devices (subprocess).
+Writes benchmarks/results/speed.{md,json} and speed_*.png. ``--quick`` shrinks everything
+for a smoke run (about a minute).
+
+Large score matrices (≥ 32 MB) are mmapped afresh by glibc on every call, and the page faults
+then cost more than the arithmetic (measured in section 3). The suite therefore re-executes
+itself with MALLOC_MMAP_THRESHOLD_/MALLOC_TRIM_THRESHOLD_ raised, unless
+``--default-allocator`` is given; the setting is recorded in the results.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "8589934592"}
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+JAX_IMPLS = ["jax-colex", "jax-gather", "jax-matmul", "jax-matmul-bf16",
+             "jax-gather-subset-major"]
+OTHER_IMPLS = ["numpy", "numpy-matmul", "torch", "naive"]
+
+
+def _parse(argv):
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+  p.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+  p.add_argument("--skip", default="", help="comma list of: allocator,sweeps,e2e,training")
+  p.add_argument("--default-allocator", action="store_true",
+                 help="do not raise glibc's mmap threshold (see the module docstring)")
+  return p.parse_args(argv)
+
+
+def _reexec_with_allocator(args, argv) -> None:
+  if args.default_allocator or all(os.environ.get(k) for k in _MALLOC_ENV):
+    return
+  env = dict(os.environ, **_MALLOC_ENV)
+  os.execve(sys.executable, [sys.executable, "-m", "benchmarks.run_all", *argv], env)
+
+
+def _subprocess_json(cmd, env_drop=(), timeout=900, json_file=None) -> dict:
+  """Run ``cmd``; its result is the JSON in ``json_file``, else the last line of its stdout."""
+  env = {k: v for k, v in os.environ.items() if k not in env_drop}
+  try:
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=timeout, check=True)
+  except subprocess.CalledProcessError as e:
+    return {"status": f"not run: exit {e.returncode}: {e.stderr.strip()[-300:]}"}
+  except subprocess.TimeoutExpired:
+    return {"status": f"not run: over {timeout} s"}
+  if json_file is not None:
+    result = json.loads(pathlib.Path(json_file).read_text())
+    pathlib.Path(json_file).unlink()
+    return result
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv=None) -> int:
+  argv = sys.argv[1:] if argv is None else argv
+  args = _parse(argv)
+  _reexec_with_allocator(args, argv)
+  skip = set(filter(None, args.skip.split(",")))
+  out_dir = pathlib.Path(args.out)
+  out_dir.mkdir(parents=True, exist_ok=True)
+  started = time.time()
+
+  def log(msg):
+    print(f"[{time.time() - started:6.0f} s] {msg}", flush=True)
+
+  import jax
+
+  from benchmarks import end_to_end, enumeration_suite as es, report
+  from hyset_jax import enumeration
+  from hyset_jax.benchmarking import hardware, workload
+
+  quick = args.quick
+  main_batch = 64 if quick else 1024
+  repeats = 2 if quick else 5
+  sweep_repeats = 2 if quick else 3
+  n = enumeration.count_subsets(20, 5)
+  results = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "command": "python -m benchmarks.run_all " + " ".join(argv),
+             "machine": hardware.describe(),
+             "allocator": {k: os.environ.get(k) for k in _MALLOC_ENV},
+             "default_method": enumeration.DEFAULT_METHOD}
+
+  # 1. The machine, measured now.
+  log(f"machine: {results['machine']}")
+  peak = max(hardware.matmul_peak_gflops(1024 if quick else 2048) for _ in range(2))
+  floor = hardware.write_floor_s(main_batch, n)
+  results["matmul_peak_gflops"] = peak
+  results["write_floor_s"] = {"batch": main_batch, "n_subsets": n, "seconds": floor}
+  log(f"f32 matmul peak {peak:.1f} GFLOP/s; writing f32[{main_batch}, {n}] takes "
+      f"{floor * 1e3:.1f} ms")
+
+  # 2. Main table.
+  log(f"main table: K_pool = 20, M = 5, batch {main_batch}")
+  impls = ["jax"] + JAX_IMPLS + OTHER_IMPLS
+  main_rows = es.main_table(impls, main_batch, 2, repeats, log)
+  for r in main_rows:
+    r["batch_for_floor"] = main_batch if r["batch"] == main_batch else None
+  ref = next(r for r in main_rows if r["impl"] == "numpy")["queries_per_s"]
+  results["main"] = main_rows
+  results["min_flops_per_query"] = workload.min_flops_per_query(20, 5)
+  results["matmul_flops_per_query"] = workload.matmul_flops_per_query(20, 5)
+
+  # 3. The allocator's share: the same runs with glibc's defaults, in fresh processes.
+  if "allocator" not in skip:
+    log("allocator: default glibc thresholds (subprocesses)")
+    alloc = []
+    for impl in ("jax", "numpy"):
+      tmp = out_dir / f".alloc_{impl}.json"
+      r = _subprocess_json([sys.executable, "-m", "hyset_jax.cli", "bench", "enumerate",
+                            "--batch", str(main_batch), "--impl", impl,
+                            "--repeats", str(repeats), "--json", str(tmp)],
+                           env_drop=tuple(_MALLOC_ENV), json_file=tmp)
+      alloc.append(r)
+      log(f"  {impl}: {r.get('queries_per_s', 0):,.0f} q/s with the default allocator")
+    results["allocator_default"] = alloc
+
+  # 4. Sweeps.
+  if "sweeps" not in skip:
+    default = "jax"
+    sw = []
+    batches = [1, 16, 256] if quick else [1, 4, 16, 64, 256, 1024, 4096, 16384]
+    sw += es.sweep("batch", batches, [default, "jax-matmul", "numpy", "numpy-matmul"],
+                   lambda b: workload.make_workload(20, 5, b), sweep_repeats, log,
+                   limit=lambda impl, b: not impl.startswith("numpy") or b <= 1024)
+    sb = 32 if quick else 256
+    sw += es.sweep("k_pool", [10, 15, 20] if quick else [10, 15, 20, 25, 30],
+                   [default, "jax-matmul", "numpy"], lambda k: workload.make_workload(k, 5, sb),
+                   sweep_repeats, log)
+    sw += es.sweep("max_size", [2, 3, 4, 5, 6], [default, "jax-matmul", "numpy"],
+                   lambda m: workload.make_workload(20, m, sb), sweep_repeats, log)
+    sw += es.sweep("dim", [0, 64] if quick else [0, 64, 256, 768], [default, "jax-matmul", "numpy"],
+                   lambda d: workload.make_workload(20, 5, sb, dim=d), sweep_repeats, log)
+    results["sweeps"] = sw
+
+  # 5. End to end.
+  if "e2e" not in skip:
+    log("end to end: N = 13,860, d = 768, K1 = 15, K_pool = 20, M = 5")
+    batches = [1, 16] if quick else [1, 64, 256]
+    methods = [enumeration.DEFAULT_METHOD] + [m for m in ("colex", "gather", "matmul")
+                                              if m != enumeration.DEFAULT_METHOD]
+    e2e = end_to_end.predict_rows(batches, methods[:1], 3 if quick else 5, log)
+    if not quick:
+      e2e += end_to_end.predict_rows([256], methods[1:], 3, log)
+    enc = end_to_end.encoder_rows([1, 16] if quick else [1, 64], 3, log)
+    results["end_to_end"] = e2e
+    results["encoder_included"] = enc
+    if isinstance(enc, str):
+      log(f"  encoder included: {enc}")
+
+  # 6. Training.
+  if "training" not in skip:
+    log("training step: 1 vs 8 fake devices (subprocess)")
+    tr = _subprocess_json([sys.executable, "-m", "benchmarks.training"])
+    results["training"] = tr
+    log(f"  {tr.get('status')}: " + ", ".join(
+        f"{r['devices']} device(s) {r['examples_per_s']:,.0f} ex/s" for r in tr.get("rows", [])))
+
+  results["wall_s"] = time.time() - started
+  (out_dir / "speed.json").write_text(json.dumps(results, indent=1) + "\n")
+  write_report(results, out_dir, ref, peak, floor)
+  log(f"wrote {out_dir}/speed.md, speed.json and speed_*.png")
+  return 0
+
+
+def write_report(results, out_dir: pathlib.Path, ref: float, peak: float, floor: float) -> None:
+  from benchmarks import report
+
+  m = results["machine"]
+  md = [f"# hyset-jax speed: subset enumeration, end to end, training step\n",
+        f"`{results['command']}` — {results['date']}, {m['cpu']}, {m['nproc']} cores, "
+        f"JAX {m['jax']} ({m['backend']}, {m['devices']}), NumPy {m['numpy']}, load average "
+        f"{m.get('load_avg_1m', '?')} at start; run took {results['wall_s'] / 60:.1f} min. "
+        f"Allocator: {results['allocator']}.\n",
+        f"Measured in this run: f32 matmul peak **{peak:.1f} GFLOP/s**; writing the "
+        f"f32[{results['write_floor_s']['batch']}, {results['write_floor_s']['n_subsets']}] "
+        f"score matrix once takes **{floor * 1e3:.1f} ms** (the write floor). Minimal work: "
+        f"{results['min_flops_per_query']:,} flops per query (colex recurrence; the matmul form "
+        f"does {results['matmul_flops_per_query']:,}).\n",
+        "## Enumeration, K_pool = 20, M = 5 (21,699 subsets per query)\n",
+        "Each call scores every subset of every query and returns f32[Q, 21699]. × NumPy: "
+        "queries/s over the NumPy reference's in this run. % arithmetic bound: minimal flops × "
+        "queries/s over the matmul peak. % write floor: the write floor's time over this time. "
+        f"Default method: `{results['default_method']}`.\n",
+        report.main_table_md(results["main"], ref, peak, floor), ""]
+  report.plot_main(results["main"], ref, out_dir / "speed_main.png")
+  md.append("![main](speed_main.png)\n")
+  if "allocator_default" in results:
+    md.append("With glibc's default allocator (fresh process, same batch): " + "; ".join(
+        f"{r.get('impl', '?')} {r.get('queries_per_s', 0):,.0f} q/s"
+        for r in results["allocator_default"]) + ".\n")
+  if "sweeps" in results:
+    for name, label, logx in (("batch", "batch (queries per call)", True),
+                              ("k_pool", "K_pool (M = 5)", False),
+                              ("max_size", "M (K_pool = 20)", False),
+                              ("dim", "embedding dim (0: ℓ and G_m given)", False)):
+      rows = [r for r in results["sweeps"] if r["sweep"] == name]
+      if not rows:
+        continue
+      md += [f"## Sweep: {name}\n", report.sweep_md(rows, name), ""]
+      report.plot_sweep(rows, name, out_dir / f"speed_sweep_{name}.png", label, logx)
+      md.append(f"![{name}](speed_sweep_{name}.png)\n")
+  if "end_to_end" in results:
+    md += ["## End to end (N = 13,860, d = 768, K1 = 15, K_pool = 20, M = 5)\n",
+           "| kind | method | batch | ms / query | queries/s | compile s | peak MiB |",
+           "|---|---|---:|---:|---:|---:|---:|"]
+    for r in results["end_to_end"]:
+      md.append(f"| {r['kind']} | {r['method']} | {r['batch']} | {r['ms_per_query']:.3f} | "
+                f"{r['queries_per_s']:,.0f} | {r['compile_s']:.1f} | {r['peak_bytes'] / 2**20:,.0f} |")
+    enc = results["encoder_included"]
+    if isinstance(enc, str):
+      md.append(f"| encoder included | | | {enc} | | | |")
+    else:
+      for r in enc:
+        md.append(f"| encoder included ({r['encoder']}; encoder alone "
+                  f"{r['encode_ms_per_query']:.2f} ms/query) | {r['method']} | {r['batch']} | "
+                  f"{r['ms_per_query']:.3f} | {r['queries_per_s']:,.0f} | | |")
+    md.append("")
+  if "training" in results:
+    tr = results["training"]
+    md.append("## Training step (fake CPU devices share the same cores: a correctness check of "
+              "the sharded step, not a speed-up)\n")
+    if tr.get("status") != "ok":
+      md.append(tr.get("status", "not run") + "\n")
+    else:
+      md += ["| devices | batch | K_neg | examples/s | step s | compile s | peak MiB/device |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+      for r in tr["rows"]:
+        md.append(f"| {r['devices']} | {r['batch']} | {r['k_neg']} | {r['examples_per_s']:,.0f} "
+                  f"| {r['step_s']:.3f} | {r['compile_s']:.1f} | "
+                  f"{r['peak_bytes_per_device'] / 2**20:,.0f} |")
+      md.append("")
+  (out_dir / "speed.md").write_text("\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+  sys.exit(main())

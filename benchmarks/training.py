@@ -1,0 +1,82 @@
+"""Training-step throughput on 1 and on 8 fake CPU devices (``hyset_jax.train``).
+
+Run as a subprocess (``python -m benchmarks.training``) because the fake devices must be set
+before JAX starts: ``--xla_force_host_platform_device_count=8``. The 8 fake devices share the
+same CPU cores, so this checks that the sharded step runs and what it costs, not a speed-up.
+
+Prints one JSON object: a row per device count, or ``{"status": "not run: …"}``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def main() -> None:
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                             " --xla_force_host_platform_device_count=8").strip()
+  import jax
+  import numpy as np
+  try:
+    from hyset_jax import config as config_lib
+    from hyset_jax import train
+    needed = ("make_mesh", "make_step_fn", "make_optimizer", "init_trainable", "TrainState")
+    missing = [n for n in needed if not hasattr(train, n)]
+    if missing:
+      raise ImportError(f"hyset_jax.train lacks {', '.join(missing)}")
+  except ImportError as e:
+    print(json.dumps({"status": f"not run: {e}"}))
+    return
+
+  n_tools, dim, batch, repeats = 2000, 384, 256, 5
+  cfg = config_lib.Config()
+  mc, tc = cfg.model, cfg.train
+  rng = np.random.default_rng(0)
+  tools = rng.normal(size=(n_tools, dim)).astype(np.float32)
+  k_neg, m = tc.k_neg, mc.max_set_size
+  members = rng.integers(0, n_tools, size=(batch, k_neg, m)).astype(np.int32)
+  sizes = rng.integers(1, m + 1, size=(batch, k_neg))
+  host_batch = {
+      "query": rng.normal(size=(batch, dim)).astype(np.float32),
+      "members": members,
+      "mask": np.arange(m)[None, None, :] < sizes[..., None],
+      "selected": np.zeros(batch, np.int32),
+      "reward": np.ones(batch, np.float32),
+  }
+  rows = []
+  for devices in (1, 8):
+    mesh = train.make_mesh(devices)
+    optimizer = train.make_optimizer(tc)
+    trainable = train.init_trainable(tools, dim, mc, seed=0)
+    state = train.TrainState(trainable, optimizer.init(trainable))
+    step = train.make_step_fn(mesh, mc, tc, optimizer)
+    shard = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
+    rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    state = jax.device_put(state, rep)
+    b = jax.device_put(host_batch, shard)
+    start = time.perf_counter()
+    compiled = step.lower(state, b).compile()
+    compile_s = time.perf_counter() - start
+    mem = compiled.memory_analysis()
+    peak = int(mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
+               - mem.alias_size_in_bytes)
+    state, metrics = compiled(state, b)
+    jax.block_until_ready(metrics)
+    times = []
+    for _ in range(repeats):
+      start = time.perf_counter()
+      state, metrics = compiled(state, b)
+      jax.block_until_ready(metrics)
+      times.append(time.perf_counter() - start)
+    t = sorted(times)[len(times) // 2]
+    rows.append({"devices": devices, "batch": batch, "k_neg": k_neg, "n_tools": n_tools,
+                 "dim": dim, "examples_per_s": batch / t, "step_s": t, "times_s": times,
+                 "compile_s": compile_s, "peak_bytes_per_device": peak,
+                 "loss_finite": bool(np.isfinite(float(metrics["loss"])))})
+  print(json.dumps({"status": "ok", "rows": rows}))
+
+
+if __name__ == "__main__":
+  sys.exit(main())

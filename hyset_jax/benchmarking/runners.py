@@ -1,0 +1,193 @@
+"""One timing protocol for every implementation (JAX forms, NumPy, naive loop, PyTorch).
+
+Protocol: build inputs where the implementation computes (``jax.device_put`` for JAX), compile
+(JAX: ``jit(...).lower(...).compile()``, timed as ``compile_s``), warm up, then ``repeats``
+samples; a sample times enough back-to-back calls to last ≥ 20 ms and reports the mean per call.
+The reported time is the median sample. Every call waits for its result (``block_until_ready``).
+
+Peak memory is the implementation's own working set for one call: XLA's buffer assignment
+(arguments + outputs + temporaries, from ``compiled.memory_analysis()``) for JAX, the
+``tracemalloc`` peak for NumPy and the loop (NumPy reports its buffers there), and
+``torch.cuda.max_memory_allocated`` for PyTorch on a GPU (not measured for PyTorch on CPU).
+"""
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+import tracemalloc
+from typing import Any, Callable
+
+import numpy as np
+
+from hyset_jax import enumeration
+from hyset_jax.benchmarking import references
+from hyset_jax.benchmarking.workload import Workload
+
+# Implementation name → enumeration method, for the JAX forms; "jax" is the library default.
+JAX_METHODS = {"jax": None, "jax-colex": "colex", "jax-gather": "gather",
+               "jax-matmul": "matmul", "jax-matmul-bf16": "matmul_bf16",
+               # The gather form's scores left subset-major (f32[n, Q]): what the final
+               # transpose to the API's [Q, n] costs on this machine.
+               "jax-gather-subset-major": "gather/subset-major"}
+OTHER_IMPLS = ("numpy", "numpy-matmul", "torch", "naive")
+IMPLS = tuple(JAX_METHODS) + OTHER_IMPLS
+
+
+@dataclasses.dataclass
+class Prepared:
+  """An implementation ready to run on one workload."""
+  call: Callable[[], Any]
+  compile_s: float | None = None
+  peak_bytes: int | None = None
+  peak_source: str = ""
+  method: str | None = None
+
+
+@dataclasses.dataclass
+class Measurement:
+  impl: str
+  settings: dict
+  status: str = "ok"                      # or "not run: <why>"
+  method: str | None = None
+  times_s: list[float] = dataclasses.field(default_factory=list)
+  calls_per_sample: int = 0
+  compile_s: float | None = None
+  peak_bytes: int | None = None
+  peak_source: str = ""
+
+  @property
+  def ok(self) -> bool:
+    return self.status == "ok"
+
+  @property
+  def time_s(self) -> float:
+    return statistics.median(self.times_s)
+
+  @property
+  def queries_per_s(self) -> float:
+    return self.settings["batch"] / self.time_s
+
+  @property
+  def subsets_per_s(self) -> float:
+    return self.queries_per_s * self.settings["n_subsets"]
+
+  def to_json(self) -> dict:
+    out = {"impl": self.impl, "status": self.status, "method": self.method, **self.settings}
+    if self.ok:
+      out.update(queries_per_s=self.queries_per_s, subsets_per_s=self.subsets_per_s,
+                 time_s=self.time_s, times_s=self.times_s,
+                 calls_per_sample=self.calls_per_sample, repeats=len(self.times_s),
+                 compile_s=self.compile_s, peak_bytes=self.peak_bytes,
+                 peak_source=self.peak_source)
+    return out
+
+
+def _jax_prepare(method: str | None, w: Workload) -> Prepared:
+  import jax
+  import jax.numpy as jnp
+
+  from hyset_jax import scoring
+
+  method = method or enumeration.DEFAULT_METHOD
+  table = enumeration.subset_table(w.k_pool, w.max_size)
+
+  def score(logits, pairs):
+    if method == "gather/subset-major":
+      return enumeration.score_subsets_subset_major(logits, pairs, table, "gather")[0]
+    return enumeration.score_subsets(logits, pairs, table, method).scores
+
+  if w.dim == 0:
+    fn = score
+    args = (w.logits, w.pairs)
+  else:
+    def fn(query, tools, interactions):
+      logits = jnp.einsum("qkd,qd->qk", tools, query)
+      return score(logits, scoring.pair_matrices(tools, interactions))
+    args = (w.query, w.tools, w.interactions)
+  args = jax.device_put(args)
+  start = time.perf_counter()
+  compiled = jax.jit(fn).lower(*args).compile()
+  compile_s = time.perf_counter() - start
+  peak, source = None, ""
+  try:
+    mem = compiled.memory_analysis()
+    peak = int(mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
+               - mem.alias_size_in_bytes)
+    source = "xla buffer assignment"
+  except (AttributeError, NotImplementedError, RuntimeError):
+    pass
+  return Prepared(lambda: compiled(*args).block_until_ready(), compile_s, peak, source, method)
+
+
+def _traced_peak(fn: Callable[[], Any]) -> int:
+  tracemalloc.start()
+  try:
+    fn()
+    return tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+
+
+def _host_prepare(fn: Callable[[], Any], measure_peak: bool) -> Prepared:
+  return Prepared(fn, None, _traced_peak(fn) if measure_peak else None,
+                  "tracemalloc" if measure_peak else "")
+
+
+def _torch_prepare(w: Workload) -> Prepared:
+  import torch
+
+  device = "cuda" if torch.cuda.is_available() else "cpu"
+
+  def call():
+    out = references.torch_gather(w, device)
+    if device == "cuda":
+      torch.cuda.synchronize()
+    return out
+
+  peak, source = None, ""
+  if device == "cuda":
+    torch.cuda.reset_peak_memory_stats()
+    call()
+    peak, source = int(torch.cuda.max_memory_allocated()), "torch.cuda"
+  return Prepared(call, None, peak, source, f"torch-{device}")
+
+
+def prepare(impl: str, w: Workload, measure_peak: bool = True) -> Prepared:
+  """Ready ``impl`` for ``w``. Raises ``ImportError`` for torch when it is not installed."""
+  if impl in JAX_METHODS:
+    return _jax_prepare(JAX_METHODS[impl], w)
+  if impl == "numpy":
+    return _host_prepare(lambda: references.numpy_gather(w), measure_peak)
+  if impl == "numpy-matmul":
+    return _host_prepare(lambda: references.numpy_matmul(w), measure_peak)
+  if impl == "naive":
+    return _host_prepare(lambda: references.naive(w), False)
+  if impl == "torch":
+    if not references.torch_available():
+      raise ImportError("torch not installed")
+    return _torch_prepare(w)
+  raise ValueError(f"unknown implementation {impl!r}; choose one of {', '.join(IMPLS)}")
+
+
+def measure(impl: str, w: Workload, repeats: int = 5, min_sample_s: float = 0.02,
+            measure_peak: bool = True) -> Measurement:
+  """Time ``impl`` on ``w`` (see the module docstring); torch missing gives status
+  ``"not run: torch not installed"``."""
+  try:
+    p = prepare(impl, w, measure_peak)
+  except ImportError as e:
+    return Measurement(impl, w.settings(), status=f"not run: {e}")
+  p.call()                                              # warm-up: first-call costs
+  start = time.perf_counter()
+  p.call()
+  first = time.perf_counter() - start
+  calls = max(1, min(1000, int(np.ceil(min_sample_s / max(first, 1e-6)))))
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    for _ in range(calls):
+      p.call()
+    times.append((time.perf_counter() - start) / calls)
+  return Measurement(impl, w.settings(), method=p.method, times_s=times, calls_per_sample=calls,
+                     compile_s=p.compile_s, peak_bytes=p.peak_bytes, peak_source=p.peak_source)
