@@ -166,41 +166,6 @@ def write_projector(out: str | os.PathLike, model: modeldir.ModelDir,
 
 # --------------------------------------------------------------------------- StableHLO
 
-def stage2(params, shortlist_tools, shortlist_logits, *, k_pool: int, max_size: int,
-           method: str = "gather"):
-  """Stage 2 and the greedy ranking from a shortlist: what :func:`inference.predict` does after
-  :func:`inference.shortlist`, as a function of its own so it can be exported alone.
-
-  Args:
-    params: θ (``interactions`` holding at least M − 1 matrices).
-    shortlist_tools: int32[Q, K_pool] tool rows in shortlist order.
-    shortlist_logits: f32[Q, K_pool] their ℓ.
-
-  Returns:
-    (set_tools int32[Q, M] padded with -1, set_size int32[Q], set_score f32[Q],
-     ranking int32[Q, K_pool]) — the fields of :class:`inference.Prediction`.
-  """
-  import jax
-  import jax.numpy as jnp
-  from hyset_jax import enumeration, inference, scoring
-  interactions = params.interactions[:max_size - 1]
-  table = enumeration.subset_table(k_pool, max_size)
-  pairs = scoring.pair_matrices(params.tool_embeddings[shortlist_tools], interactions)
-  best = enumeration.best_sets(
-      enumeration.score_subsets(shortlist_logits, pairs, table, method), table, k=1)
-  pos = jnp.sort(jnp.where(best.mask[:, 0], best.positions[:, 0], k_pool), axis=1)
-  valid = pos < k_pool
-  set_tools = jnp.where(
-      valid, jnp.take_along_axis(shortlist_tools, jnp.minimum(pos, k_pool - 1), 1), -1)
-  picks = inference.greedy_ranking(shortlist_logits, pairs, max_size)
-  picked = jnp.any(jax.nn.one_hot(picks, k_pool, dtype=bool), axis=1)
-  rest = jnp.argsort(jnp.where(picked, jnp.inf, -shortlist_logits), axis=1,
-                     stable=True)[:, :k_pool - max_size]
-  ranking = jnp.take_along_axis(shortlist_tools, jnp.concatenate([picks, rest], axis=1), axis=1)
-  return (set_tools.astype(jnp.int32), jnp.sum(valid, 1).astype(jnp.int32), best.scores[:, 0],
-          ranking.astype(jnp.int32))
-
-
 _OUTPUT_DOCS = {
     "shortlist": "tool rows (indices into tool_ids) in shortlist order: S0 by ℓ, then expansion",
     "shortlist_logits": "ℓ(x, t) = r(x)ᵀ P z_t of the shortlist tools",
@@ -231,7 +196,8 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
     return tuple(inference.shortlist(params, query_embeddings, k1, k_pool, max_size))
 
   def stage2_fn(shortlist, shortlist_logits):
-    return stage2(params, shortlist, shortlist_logits, k_pool=k_pool, max_size=max_size)
+    return inference.rerank(params, inference.Shortlist(shortlist, shortlist_logits),
+                            k_pool=k_pool, max_size=max_size)
 
   def predict(query_embeddings):
     p = inference.predict(params, query_embeddings, k1=k1, k_pool=k_pool, max_size=max_size)

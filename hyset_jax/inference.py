@@ -107,10 +107,43 @@ class Prediction(NamedTuple):
   ranking: jax.Array
 
 
+def rerank(params: HysetParams, sl: Shortlist, *, k_pool: int, max_size: int,
+           method: enumeration.Method = enumeration.DEFAULT_METHOD):
+  """Stage 2 (Eq. 14) and the greedy ranking, from a shortlist.
+
+  Args:
+    params: θ; ``params.interactions`` must hold at least M − 1 matrices.
+    sl: the shortlist of :func:`shortlist`.
+    k_pool, max_size: K_pool, M.
+    method: the enumeration implementation.
+
+  Returns:
+    (set_tools int32[Q, M] padded with -1, set_size int32[Q], set_score f32[Q],
+    ranking int32[Q, K_pool]) — the fields of :class:`Prediction` after ``shortlist``.
+  """
+  interactions = params.interactions[:max_size - 1]
+  table = enumeration.subset_table(k_pool, max_size)
+  pairs = scoring.pair_matrices(params.tool_embeddings[sl.tools], interactions)
+  best = enumeration.best_sets(enumeration.score_subsets(sl.logits, pairs, table, method),
+                               table, k=1)
+  # Members in ascending shortlist position, padding (-1) last.
+  pos = jnp.sort(jnp.where(best.mask[:, 0], best.positions[:, 0], k_pool), axis=1)
+  valid = pos < k_pool
+  set_tools = jnp.where(valid, jnp.take_along_axis(sl.tools, jnp.minimum(pos, k_pool - 1), 1), -1)
+
+  picks = greedy_ranking(sl.logits, pairs, max_size)                     # [Q, M]
+  picked = jnp.any(jax.nn.one_hot(picks, k_pool, dtype=bool), axis=1)   # [Q, K]
+  rest = jnp.argsort(jnp.where(picked, jnp.inf, -sl.logits), axis=1,
+                     stable=True)[:, :k_pool - max_size]
+  ranking = jnp.take_along_axis(sl.tools, jnp.concatenate([picks, rest], axis=1), axis=1)
+  return (set_tools.astype(jnp.int32), jnp.sum(valid, 1).astype(jnp.int32), best.scores[:, 0],
+          ranking.astype(jnp.int32))
+
+
 @functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method"))
 def predict(params: HysetParams, query_emb: jax.Array, *, k1: int, k_pool: int, max_size: int,
-            method: enumeration.Method = "gather") -> Prediction:
-  """The full two-stage path for a batch of queries.
+            method: enumeration.Method = enumeration.DEFAULT_METHOD) -> Prediction:
+  """The full two-stage path for a batch of queries: :func:`shortlist`, then :func:`rerank`.
 
   Args:
     params: θ; ``params.interactions`` must hold at least M − 1 matrices (M_2..M_M are used).
@@ -122,26 +155,14 @@ def predict(params: HysetParams, query_emb: jax.Array, *, k1: int, k_pool: int, 
     Prediction.
   """
   params = params._replace(interactions=params.interactions[:max_size - 1])
-  table = enumeration.subset_table(k_pool, max_size)
   sl = shortlist(params, query_emb, k1, k_pool, max_size)
-  pairs = scoring.pair_matrices(params.tool_embeddings[sl.tools], params.interactions)
-  subset_scores = enumeration.score_subsets(sl.logits, pairs, table, method)
-  best = enumeration.best_sets(subset_scores, table, k=1)
-  # Members in ascending shortlist position, padding (-1) last.
-  pos = jnp.sort(jnp.where(best.mask[:, 0], best.positions[:, 0], k_pool), axis=1)
-  valid = pos < k_pool
-  set_tools = jnp.where(valid, jnp.take_along_axis(sl.tools, jnp.minimum(pos, k_pool - 1), 1), -1)
-
-  picks = greedy_ranking(sl.logits, pairs, max_size)                     # [Q, M]
-  picked = jnp.any(jax.nn.one_hot(picks, k_pool, dtype=bool), axis=1)   # [Q, K]
-  rest = jnp.argsort(jnp.where(picked, jnp.inf, -sl.logits), axis=1, stable=True)[:, :k_pool - max_size]
-  ranking = jnp.take_along_axis(sl.tools, jnp.concatenate([picks, rest], axis=1), axis=1)
-  return Prediction(sl.tools, set_tools.astype(jnp.int32), jnp.sum(valid, 1).astype(jnp.int32),
-                    best.scores[:, 0], ranking.astype(jnp.int32))
+  return Prediction(sl.tools, *rerank(params, sl, k_pool=k_pool, max_size=max_size,
+                                      method=method))
 
 
 def predict_batched(params: HysetParams, query_emb: np.ndarray, *, k1: int, k_pool: int,
-                    max_size: int, batch_size: int = 256, method: enumeration.Method = "gather",
+                    max_size: int, batch_size: int = 256,
+                    method: enumeration.Method = enumeration.DEFAULT_METHOD,
                     progress: bool = False) -> Prediction:
   """:func:`predict` over any number of queries in fixed-size chunks (one compilation).
 
