@@ -4,9 +4,9 @@ PY        ?= python3
 VENV      ?= .venv
 BIN       := $(VENV)/bin
 STAMP     := $(VENV)/.installed
-DATA      ?= ../shared/data
-# Eight fake CPU devices so data-parallel code paths run everywhere.
-export XLA_FLAGS ?= --xla_force_host_platform_device_count=8
+# Tests run on eight fake CPU devices so the data-parallel code paths run everywhere. Real jobs
+# (demo, bench) use the real devices: fake devices share the same cores and replicate work.
+TEST_XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 
 .PHONY: setup demo test bench soak clean
 
@@ -25,7 +25,7 @@ demo: $(STAMP)
 
 # pytest exits 5 when it collected nothing: treat that as failure, not success.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
+	XLA_FLAGS=$(TEST_XLA_FLAGS) $(BIN)/python -m pytest -n 2 -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all
