@@ -40,6 +40,9 @@ class ModelConfig:
   # P starts as init_scale · I: the dense ranking, with logits cos/0.05 instead of cos, so the
   # softmaxes of F_align and of the loss are not flat at the start (see model.init_params).
   init_scale: float = 20.0
+  # Train Z (the paper does). Off keeps the encoder's tool embeddings, for libraries whose test
+  # queries mostly need tools never seen in training (BFCL): a trained Z only moves seen tools.
+  train_tool_embeddings: bool = True
   # Ablations of paper §3.3: per-cardinality M_m (HYSET), one shared learned M,
   # fixed identity M, or no F_set at all.
   interaction: Literal["per_cardinality", "shared", "identity", "none"] = "per_cardinality"

@@ -156,6 +156,8 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *, mc: config_lib
   selected int32[B] (pool position of Ê), reward f32[B].
   """
   def loss_fn(trainable):
+    if not mc.train_tool_embeddings:
+      trainable = dict(trainable, z=jax.lax.stop_gradient(trainable["z"]))
     params = materialize(trainable, mc)
     # Pool position 0 holds each query's gold set E*.
     scores = scoring.set_scores(params, batch["query"], batch["members"], batch["mask"])
@@ -502,6 +504,36 @@ def train_and_evaluate(config: config_lib.Config, workdir: str | os.PathLike, *,
   if progress and pid == 0:
     from tqdm import tqdm
     bar = tqdm(total=tc.num_steps, initial=start, desc=f"train {config.name}", unit="step")
+
+  def validate(done: int, row: dict | None, loss: float | None) -> dict:
+    """Validation metrics at ``done`` steps; keeps best/ and the patience count."""
+    params = materialize(state.trainable, mc)
+    vm = evaluate_split(params, val, data.tool_ids, mc, tc.eval_batch_size)
+    row = dict(row or {"step": done}, **{f"val_{k}": v for k, v in vm.items()})
+    improved = vm["recall@5"] > loop["best_recall5"]
+    if jax.process_count() > 1:
+      # Every process evaluates; process 0's verdict drives best/patience everywhere, so
+      # the processes can never disagree about early stopping (and leave one hanging).
+      from jax.experimental import multihost_utils
+      improved = bool(multihost_utils.broadcast_one_to_all(np.int32(improved)))
+    if improved:
+      loop.update(best_recall5=vm["recall@5"], best_step=done, stale_evals=0)
+      if pid == 0:
+        export_params(params, data, mc, workdir / "best", force=True)
+    else:
+      loop["stale_evals"] += 1
+    log.info("step %d: val recall@5 %.4f comp@5 %.4f (best %.4f at %d)", done, vm["recall@5"],
+             vm["comp@5"], loop["best_recall5"], loop["best_step"])
+    if bar is not None:
+      bar.write(f"step {done}: " + (f"loss {loss:.4f}  " if loss is not None else "") +
+                f"val R@5 {vm['recall@5']:.4f}  C@5 {vm['comp@5']:.4f}  "
+                f"set F1 {vm['set_f1']:.4f}")
+    return row
+
+  if start == 0:
+    # The starting point (= the dense retriever) competes for best/ too: if training does not
+    # beat it on validation, best/ stays the untrained model.
+    mlog.write(validate(0, None, None))
   t0, steps_run, done = time.time(), 0, start
   interrupted = False
   for step in range(start, tc.num_steps):
@@ -557,26 +589,7 @@ def train_and_evaluate(config: config_lib.Config, workdir: str | os.PathLike, *,
       row = {"step": done, **{k: float(v) for k, v in parts.items()},
              "examples_per_s": steps_run * tc.batch_size / (time.time() - t0)}
     if done % tc.eval_every == 0 or done == tc.num_steps:
-      params = materialize(state.trainable, mc)
-      vm = evaluate_split(params, val, data.tool_ids, mc, tc.eval_batch_size)
-      row = dict(row or {"step": done}, **{f"val_{k}": v for k, v in vm.items()})
-      improved = vm["recall@5"] > loop["best_recall5"]
-      if jax.process_count() > 1:
-        # Every process evaluates; process 0's verdict drives best/patience everywhere, so
-        # the processes can never disagree about early stopping (and leave one hanging).
-        from jax.experimental import multihost_utils
-        improved = bool(multihost_utils.broadcast_one_to_all(np.int32(improved)))
-      if improved:
-        loop.update(best_recall5=vm["recall@5"], best_step=done, stale_evals=0)
-        if pid == 0:
-          export_params(params, data, mc, workdir / "best", force=True)
-      else:
-        loop["stale_evals"] += 1
-      log.info("step %d: val recall@5 %.4f comp@5 %.4f (best %.4f at %d)", done, vm["recall@5"],
-               vm["comp@5"], loop["best_recall5"], loop["best_step"])
-      if bar is not None:
-        bar.write(f"step {done}: loss {loss:.4f}  val R@5 {vm['recall@5']:.4f}  "
-                  f"C@5 {vm['comp@5']:.4f}  set F1 {vm['set_f1']:.4f}")
+      row = validate(done, row, loss)
     if row is not None:
       mlog.write(row)
     if done % tc.checkpoint_every == 0 or done == tc.num_steps:
