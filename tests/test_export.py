@@ -140,7 +140,6 @@ def test_projector_files(trained, capsys):
 
 def test_stablehlo_loads_and_runs_without_hyset_jax(trained):
   # jax.export serialization needs flatbuffers, which jax does not install by itself.
-  pytest.importorskip("flatbuffers", reason="pip install flatbuffers (needed by jax.export)")
   root, workdir, queries = trained
   out = root / "s"
   assert export("--workdir", workdir, "--out", out, "--format", "stablehlo") == 0

@@ -192,19 +192,6 @@ def test_untrained_hyset_ranks_like_dense(no_cache):
 # ----------------------------------------------------------------- hyset eval
 
 
-needs_toollens = pytest.mark.skipif(not os.path.isdir(TOOLLENS), reason="ToolLens not on hand")
-
-
-def _have(module):
-  try:
-    __import__(module)
-    return True
-  except ImportError:
-    return False
-
-
-@needs_toollens
-@pytest.mark.skipif(not _have("hyset_jax.data.specs"), reason="data readers not built yet")
 def test_eval_bm25_on_toollens(tmp_path, capsys):
   out = tmp_path / "metrics.json"
   argv = ["eval", "--data", f"beir:{TOOLLENS}", "--split", "test", "--method", "bm25",
@@ -223,8 +210,6 @@ def test_eval_bm25_on_toollens(tmp_path, capsys):
   assert cli.main(argv + ["--force"]) == 0
 
 
-@needs_toollens
-@pytest.mark.skipif(not _have("hyset_jax.data.specs"), reason="data readers not built yet")
 def test_eval_rejects_bad_flags(tmp_path, capsys):
   base = ["eval", "--data", f"beir:{TOOLLENS}", "--split", "test", "--out",
           str(tmp_path / "m.json")]
@@ -251,8 +236,6 @@ def fake_encoder(monkeypatch, no_cache):
   return enc
 
 
-@needs_toollens
-@pytest.mark.skipif(not _have("hyset_jax.data.specs"), reason="data readers not built yet")
 def test_eval_every_method_wires_up(tmp_path, fake_encoder):
   results = {}
   for method in ("dense", "fusion", "hyset"):
@@ -268,8 +251,6 @@ def test_eval_every_method_wires_up(tmp_path, fake_encoder):
   assert results["hyset"]["set_recall"] <= results["dense"]["set_recall"]
 
 
-@needs_toollens
-@pytest.mark.skipif(not _have("hyset_jax.modeldir"), reason="model directory not built yet")
 def test_eval_hyset_from_a_model_directory(tmp_path, fake_encoder, capsys):
   from hyset_jax import modeldir
   from hyset_jax.data.specs import load_dataset
