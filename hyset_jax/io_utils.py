@@ -9,18 +9,24 @@ import tempfile
 from hyset_jax.errors import UserError
 
 
+def ensure_writable_dir(path: str | os.PathLike, what: str = "folder") -> pathlib.Path:
+  """Create ``path`` (and parents) if needed; UserError unless it is a writable directory."""
+  path = pathlib.Path(path)
+  try:
+    path.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise UserError(f"cannot create {what} {path}: {e.strerror}") from None
+  if not os.access(path, os.W_OK):
+    raise UserError(f"{what} {path} is not writable")
+  return path
+
+
 def check_writable(path: str | os.PathLike, force: bool) -> pathlib.Path:
   """Fail before any work if ``path`` exists (without ``force``) or its folder is unwritable."""
   path = pathlib.Path(path)
   if path.exists() and not force:
     raise UserError(f"{path} already exists; pass --force to overwrite it")
-  parent = path.parent if str(path.parent) else pathlib.Path(".")
-  try:
-    parent.mkdir(parents=True, exist_ok=True)
-  except OSError as e:
-    raise UserError(f"cannot create folder {parent}: {e.strerror}") from None
-  if not os.access(parent, os.W_OK):
-    raise UserError(f"folder {parent} is not writable")
+  ensure_writable_dir(path.parent if str(path.parent) else ".")
   return path
 
 

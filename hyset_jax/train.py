@@ -390,12 +390,9 @@ def restore_latest(manager, abstract_state: TrainState) -> tuple[TrainState, dic
 
 
 def _check_workdir(workdir: pathlib.Path, config: config_lib.Config) -> None:
-  try:
-    workdir.mkdir(parents=True, exist_ok=True)
-  except OSError as e:
-    raise UserError(f"cannot create workdir {workdir}: {e.strerror}") from None
-  if not os.access(workdir, os.W_OK):
-    raise UserError(f"workdir {workdir} is not writable")
+  """A writable workdir that holds no run of a different config."""
+  from hyset_jax.io_utils import ensure_writable_dir
+  ensure_writable_dir(workdir, "workdir")
   saved = workdir / "config.json"
   if saved.exists():
     previous = json.loads(saved.read_text())
