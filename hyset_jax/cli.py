@@ -21,13 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
       prog="hyset", description="Set-level tool retrieval (HYSET) in JAX.")
   sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
   for name in COMMANDS:
-    try:
-      module = importlib.import_module(f"hyset_jax.commands.{name}")
-    except ModuleNotFoundError as e:
-      if e.name == f"hyset_jax.commands.{name}":
-        continue  # not built yet
-      raise
-    module.add_parser(sub)
+    importlib.import_module(f"hyset_jax.commands.{name}").add_parser(sub)
   return parser
 
 
