@@ -8,7 +8,7 @@ STAMP     := $(VENV)/.installed
 # (demo, bench) use the real devices: fake devices share the same cores and replicate work.
 TEST_XLA_FLAGS ?= --xla_force_host_platform_device_count=8
 
-.PHONY: setup demo test bench soak clean
+.PHONY: setup demo test bench soak toolscout-experiment clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,10 @@ bench: $(STAMP)
 # Repeated SIGKILL/restart cycles of a training process (slow; not part of `make test`).
 soak: $(STAMP)
 	$(BIN)/python -m benchmarks.soak_kill_resume --cycles 20
+
+# ToolScout's main experiment (BFCL categories + ToolLens styles); report in toolscout/results.
+toolscout-experiment: $(STAMP)
+	$(BIN)/toolscout experiment --config full --out toolscout/results --force
 
 clean:
 	rm -rf $(VENV) .pytest_cache
