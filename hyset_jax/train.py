@@ -355,7 +355,7 @@ def plot_curves(rows: list[dict], path: pathlib.Path) -> None:
   val = [r for r in rows if "val_recall@5" in r]
   fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
   ax[0].plot([r["step"] for r in train], [r["loss"] for r in train])
-  ax[0].set(xlabel="step", ylabel="training loss", title="L = L_ret + η L_self + λ‖M‖²")
+  ax[0].set(xlabel="step", ylabel="training loss", title="training loss (all terms)")
   for key in ("val_recall@5", "val_comp@5", "val_set_f1"):
     ax[1].plot([r["step"] for r in val], [r[key] for r in val], marker="o", label=key[4:])
   ax[1].set(xlabel="step", ylabel="validation", ylim=(0, 1), title="validation metrics")
