@@ -20,19 +20,17 @@ over a non-empty one unless ``force``:
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pathlib
 import re
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from hyset_jax import modeldir
 from hyset_jax.errors import UserError
+from hyset_jax.io_utils import atomic_dir
 
 FORMATS = ("hyset", "npz", "projector", "stablehlo")
 NPZ_FILE = "model.npz"
@@ -42,33 +40,6 @@ DEFAULT_PLATFORMS = ("cpu", "cuda", "tpu")
 
 
 # --------------------------------------------------------------------------- directories
-
-def check_target(out: str | os.PathLike, force: bool) -> pathlib.Path:
-  """Fail before any work if ``out`` exists and is not an empty directory (without ``force``)."""
-  out = pathlib.Path(out)
-  if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-    raise UserError(f"{out} exists and is not empty; pass --force to replace it")
-  return out
-
-
-@contextlib.contextmanager
-def atomic_dir(out: str | os.PathLike, force: bool) -> Iterator[pathlib.Path]:
-  """Yield a temporary directory beside ``out``; it replaces ``out`` only if the block succeeds."""
-  out = check_target(out, force)
-  try:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-  except OSError as e:
-    raise UserError(f"cannot write {out}: {e.strerror or e}") from None
-  try:
-    yield tmp
-    if out.exists():
-      shutil.rmtree(out) if out.is_dir() else out.unlink()
-    os.replace(tmp, out)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
-
 
 # --------------------------------------------------------------------------- npz
 

@@ -19,8 +19,6 @@ import dataclasses
 import json
 import os
 import pathlib
-import shutil
-import tempfile
 
 import numpy as np
 
@@ -178,13 +176,11 @@ def save_model_dir(path: str | os.PathLike, model: ModelDir, *, force: bool = Fa
   """
   from safetensors.numpy import save_file
 
+  from hyset_jax.io_utils import atomic_dir
+
   path = pathlib.Path(path)
   validate(model, path)
-  if path.exists() and (not path.is_dir() or any(path.iterdir())) and not force:
-    raise UserError(f"{path} exists and is not empty; pass --force to replace it")
-  path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-  try:
+  with atomic_dir(path, force) as tmp:
     z, p, ms = (np.asarray(a, np.float32) for a in model.params)
     tensors = {"tool_embeddings": z, "projection": p}
     tensors.update({f"interaction_{m}": np.ascontiguousarray(ms[m - 2])
@@ -192,10 +188,4 @@ def save_model_dir(path: str | os.PathLike, model: ModelDir, *, force: bool = Fa
     save_file(tensors, str(tmp / PARAMS_FILE))
     (tmp / MANIFEST_FILE).write_text(json.dumps(model.manifest(), indent=1) + "\n",
                                      encoding="utf-8")
-    if path.exists():
-      shutil.rmtree(path) if path.is_dir() else path.unlink()
-    os.replace(tmp, path)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
   return path

@@ -1,1 +1,19 @@
 """Sub-commands of the ``hyset`` console script, one module each (see :mod:`hyset_jax.cli`)."""
+import argparse
+
+
+def int_at_least(minimum: int):
+  """An argparse ``type`` accepting integers ≥ ``minimum``, with a message that says so.
+
+  >>> int_at_least(1)("3")
+  3
+  """
+  def parse(text: str) -> int:
+    try:
+      value = int(text)
+    except ValueError:
+      raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < minimum:
+      raise argparse.ArgumentTypeError(f"expected an integer ≥ {minimum}, got {value}")
+    return value
+  return parse

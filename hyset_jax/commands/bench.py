@@ -20,30 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 
+from hyset_jax.commands import int_at_least
 from hyset_jax.errors import UserError
 
 _IMPLS = ("jax", "jax-gather", "jax-colex", "jax-matmul", "jax-matmul-bf16",
           "jax-gather-subset-major", "numpy", "numpy-matmul", "torch", "naive")
 
 
-def _positive(text: str) -> int:
-  try:
-    value = int(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-  if value < 1:
-    raise argparse.ArgumentTypeError(f"expected an integer ≥ 1, got {value}")
-  return value
-
-
-def _non_negative(text: str) -> int:
-  try:
-    value = int(text)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-  if value < 0:
-    raise argparse.ArgumentTypeError(f"expected an integer ≥ 0, got {value}")
-  return value
+_positive = int_at_least(1)
+_non_negative = int_at_least(0)
 
 
 def add_parser(subparsers) -> None:

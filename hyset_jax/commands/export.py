@@ -64,14 +64,14 @@ def data_spec(source: pathlib.Path, explicit: str | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-  from hyset_jax import export, modeldir
+  from hyset_jax import export, io_utils, modeldir
   source = best_model_dir(args.workdir)
   out = pathlib.Path(args.out)
   src, dst = source.resolve(), out.resolve()
   if dst == src or dst in src.parents:
     raise UserError(f"--out {out} would replace the model being exported ({source}); "
                     f"choose another directory")
-  export.check_target(out, args.force)  # before loading or compiling anything
+  io_utils.check_target(out, args.force)  # before loading or compiling anything
   model = modeldir.load_model_dir(source)
   if args.format == "hyset":
     modeldir.save_model_dir(out, model, force=args.force)
