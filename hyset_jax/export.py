@@ -3,7 +3,7 @@
 Every format is a directory written atomically (a temporary directory renamed into place), never
 over a non-empty one unless ``force``:
 
-- ``hyset``: the ``hyset/1`` model directory (:mod:`hyset_jax.modeldir`, design.md §5).
+- ``hyset``: the ``hyset/1`` model directory (:mod:`hyset_jax.modeldir`, docs/contracts.md).
 - ``npz``: ``model.npz``, readable with ``np.load(path, allow_pickle=False)`` — the same arrays
   (``tool_embeddings``, ``projection``, ``interaction_2`` … ``interaction_M``) plus ``tool_ids``
   (unicode) and the manifest fields (``format``, ``max_set_size``, ``k1``, ``k_pool``,
@@ -37,6 +37,11 @@ NPZ_FILE = "model.npz"
 SIGNATURE_FILE = "signature.json"
 STABLEHLO_FORMAT = "hyset-stablehlo/1"
 DEFAULT_PLATFORMS = ("cpu", "cuda", "tpu")
+# The files that make a directory an earlier export of each format: ``--force`` replaces only
+# such a directory (io_utils.output_dir), never an unrelated one.
+MARKERS = {"hyset": (modeldir.MANIFEST_FILE, modeldir.PARAMS_FILE), "npz": (NPZ_FILE,),
+           "projector": ("tensors.tsv", "projector_config.pbtxt"),
+           "stablehlo": (SIGNATURE_FILE,)}
 
 
 # --------------------------------------------------------------------------- directories
@@ -53,7 +58,7 @@ def write_npz(out: str | os.PathLike, model: modeldir.ModelDir, *,
   arrays.update(format=np.asarray(modeldir.FORMAT), max_set_size=np.asarray(model.max_set_size),
                 k1=np.asarray(model.k1), k_pool=np.asarray(model.k_pool),
                 query_encoder=np.asarray(model.query_encoder))
-  with atomic_dir(out, force) as tmp:
+  with atomic_dir(out, force, marker=MARKERS["npz"], what="npz export") as tmp:
     np.savez(tmp / NPZ_FILE, **arrays)
   return pathlib.Path(out)
 
@@ -115,7 +120,7 @@ def write_projector(out: str | os.PathLike, model: modeldir.ModelDir,
   z = np.asarray(model.params.tool_embeddings, np.float32)
   n, d = z.shape
   name = "hyset_tool_embeddings"
-  with atomic_dir(out, force) as tmp:
+  with atomic_dir(out, force, marker=MARKERS["projector"], what="projector export") as tmp:
     np.savetxt(tmp / "tensors.tsv", z, fmt="%.8g", delimiter="\t")
     with open(tmp / "metadata.tsv", "w", encoding="utf-8") as f:
       f.write("id\tcategory\tname\n")
@@ -214,7 +219,7 @@ def write_stablehlo(out: str | os.PathLike, model: modeldir.ModelDir, *, force: 
       "tool_ids": list(model.tool_ids),
       "functions": {},
   }
-  with atomic_dir(out, force) as tmp:
+  with atomic_dir(out, force, marker=MARKERS["stablehlo"], what="stablehlo export") as tmp:
     for name, (fn, in_names, out_names) in stablehlo_functions(
         model, k1=k1, k_pool=k_pool, max_size=m).items():
       try:

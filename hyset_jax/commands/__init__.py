@@ -17,3 +17,18 @@ def int_at_least(minimum: int):
       raise argparse.ArgumentTypeError(f"expected an integer ≥ {minimum}, got {value}")
     return value
   return parse
+
+
+def float_in_open_unit(text: str) -> float:
+  """An argparse ``type`` accepting a fraction strictly between 0 and 1.
+
+  >>> float_in_open_unit("0.1")
+  0.1
+  """
+  try:
+    value = float(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+  if not 0.0 < value < 1.0:
+    raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {value}")
+  return value

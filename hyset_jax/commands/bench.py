@@ -10,7 +10,7 @@ Implementations: the JAX forms (``jax`` is the library default), the NumPy refer
 matmul variant, PyTorch (when installed) and a naive Python loop. The full side-by-side suite
 with sweeps and plots is ``python -m benchmarks.run_all`` in the repository.
 
-JSON (design.md §5): ``queries_per_s``, ``subsets_per_s``, ``time_s`` (median seconds per
+JSON (docs/contracts.md): ``queries_per_s``, ``subsets_per_s``, ``time_s`` (median seconds per
 batch, so queries_per_s × time_s = batch), ``times_s``, ``compile_s``, ``peak_bytes``,
 ``impl``, ``method``, ``k_pool``, ``max_size``, ``batch``, ``dim``, ``seed``, ``repeats``,
 ``n_subsets``, ``min_flops_per_query``, ``machine``.
@@ -46,10 +46,12 @@ def add_parser(subparsers) -> None:
   e.add_argument("--impl", choices=_IMPLS, default="jax",
                  help="implementation (default: jax, the library's default method)")
   e.add_argument("--repeats", type=_positive, default=5, help="timed samples (default 5)")
-  e.add_argument("--seed", type=int, default=0)
+  e.add_argument("--seed", type=int, default=0,
+                 help="seed of the random queries and tool embeddings (default 0)")
   e.add_argument("--check", action="store_true",
                  help="also compare the scores of the first 8 queries with the NumPy reference")
   e.add_argument("--json", metavar="FILE", help="write the result as JSON")
+  e.add_argument("--force", action="store_true", help="overwrite the --json FILE if it exists")
   e.set_defaults(func=run_enumerate)
 
 
@@ -59,11 +61,15 @@ def run_enumerate(args: argparse.Namespace) -> int:
   from hyset_jax import enumeration
   from hyset_jax.benchmarking import hardware, references, runners, workload
 
+  from hyset_jax import io_utils
+
+  if args.json:
+    io_utils.output_file(args.json, args.force, flag="--json")
   enumeration.validate_sizes(args.k_pool, args.max_size)
   n = enumeration.count_subsets(args.k_pool, args.max_size)
-  if args.batch * n * 4 > 8 << 30:
-    raise UserError(f"--batch {args.batch} × {n} subsets needs {args.batch * n * 4 / 2**30:.1f} "
-                    "GiB for the scores alone; lower --batch")
+  check_memory(args.k_pool, args.max_size, args.batch, n)
+  if args.impl == "naive":
+    estimate_naive(args.batch, n, args.repeats)
   w = workload.make_workload(args.k_pool, args.max_size, args.batch, args.dim, args.seed)
   m = runners.measure(args.impl, w, repeats=args.repeats)
   out = m.to_json()
@@ -83,11 +89,66 @@ def run_enumerate(args: argparse.Namespace) -> int:
   else:
     print(f"{args.impl}: {m.status}")
   if args.json:
-    from hyset_jax import io_utils
     with io_utils.atomic_write(args.json) as f:
       json.dump(out, f, indent=2)
       f.write("\n")
   return 0
+
+
+# What one run may plan to allocate; above it the run is refused before allocating anything.
+MEMORY_BUDGET_BYTES = 8 << 30
+# The naive loop's speed, measured on the project's 2-core CPU (2026-12-01: 92k subsets/s at
+# K=20, M=5, batch 2); used only for the up-front time estimate.
+NAIVE_SUBSETS_PER_S = 1e5
+NAIVE_LIMIT_S = 600.0
+
+
+def memory_budget() -> int:
+  """:data:`MEMORY_BUDGET_BYTES`, or half the machine's memory if that is less."""
+  import os
+  try:
+    physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  except (ValueError, OSError, AttributeError):
+    return MEMORY_BUDGET_BYTES
+  return min(MEMORY_BUDGET_BYTES, physical // 2)
+
+
+def memory_estimate(k_pool: int, max_size: int, batch: int, n: int) -> tuple[int, int]:
+  """(subset-table bytes, score bytes) one run needs at least.
+
+  The table holds int32 members and bool masks [n, M], built from int32 colex blocks that are
+  concatenated level by level (about two more int32 [n, M] copies at the peak); the scores are
+  f32[Q, n], twice (the [n, Q] pieces and their transpose). A lower bound, not a measurement:
+  K=40, M=8 at --batch 1 (10 GiB by this count) was killed for memory on a 24 GiB machine.
+  """
+  table = n * (max_size * (3 * 4 + 1) + 8)
+  scores = 2 * batch * n * 4
+  return table, scores
+
+
+def check_memory(k_pool: int, max_size: int, batch: int, n: int) -> None:
+  """UserError unless the run fits :func:`memory_budget` (checked before allocating)."""
+  table, scores = memory_estimate(k_pool, max_size, batch, n)
+  if table + scores > memory_budget():
+    raise UserError(
+        f"K={k_pool}, M={max_size} has {n:,} subsets: the subset table needs "
+        f"{table / 2**30:.1f} GiB and the scores of --batch {batch} {scores / 2**30:.1f} GiB, "
+        f"over this command's {memory_budget() / 2**30:.1f} GiB budget; lower --k-pool, "
+        f"--max-size or --batch")
+
+
+def estimate_naive(batch: int, n: int, repeats: int) -> None:
+  """Print how long the naive loop will take; refuse a run of more than NAIVE_LIMIT_S."""
+  import sys
+  calls = repeats + 2  # warm-up, a first timed call, then the samples (runners.measure)
+  seconds = batch * n * calls / NAIVE_SUBSETS_PER_S
+  if seconds > NAIVE_LIMIT_S:
+    raise UserError(
+        f"--impl naive is a pure-Python loop (~{NAIVE_SUBSETS_PER_S:,.0f} subsets/s on a 2-core "
+        f"CPU): {calls} calls of --batch {batch} × {n:,} subsets would take about "
+        f"{seconds / 60:.0f} minutes; use --batch 2 (or lower --repeats)")
+  print(f"naive: about {seconds:.0f} s ({calls} calls of {batch} queries × {n:,} subsets, "
+        f"~{NAIVE_SUBSETS_PER_S:,.0f} subsets/s)", file=sys.stderr, flush=True)
 
 
 def _check(impl: str, w) -> float:

@@ -1,7 +1,7 @@
 """``hyset data``: prepare a data set as TFDS array_record, or print its statistics.
 
   hyset data prepare SPEC --out DIR [--force] [--max-size N] [--validation-fraction F]
-  hyset data stats SPEC [--json FILE] [--max-size N] [--validation-fraction F]
+  hyset data stats SPEC [--json FILE [--force]] [--max-size N] [--validation-fraction F]
 
 SPEC is a data spec (``beir:PATH``, ``toolbench:PATH``, ``bfcl[:PATH]``,
 ``tfds:DIR``; see :mod:`hyset_jax.data.specs`).
@@ -12,7 +12,7 @@ import argparse
 import json
 import os
 
-from hyset_jax.errors import UserError
+from hyset_jax.commands import float_in_open_unit, int_at_least
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +31,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
   prepare.add_argument("spec", metavar="SPEC", help="data spec")
   prepare.add_argument("--out", required=True, metavar="DIR", help="output folder")
   prepare.add_argument("--force", action="store_true",
-                       help="replace prepared data in a non-empty DIR (only DIR/hyset_data)")
+                       help="replace the prepared data of an earlier run in DIR (only "
+                            "DIR/hyset_data is replaced)")
   _common(prepare)
   prepare.set_defaults(func=run_prepare)
 
@@ -40,14 +41,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
       description="Print the statistics of SPEC.")
   stats.add_argument("spec", metavar="SPEC", help="data spec")
   stats.add_argument("--json", metavar="FILE", help="also write the statistics as JSON")
+  stats.add_argument("--force", action="store_true", help="overwrite the --json FILE if it exists")
   _common(stats)
   stats.set_defaults(func=run_stats)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-  parser.add_argument("--max-size", type=int, default=None, metavar="N",
+  parser.add_argument("--max-size", type=int_at_least(1), default=None, metavar="N",
                       help="fail if any gold set has more than N tools")
-  parser.add_argument("--validation-fraction", type=float, default=None, metavar="F",
+  parser.add_argument("--validation-fraction", type=float_in_open_unit, default=None, metavar="F",
                       help="carve a validation split of fraction F out of train (by "
                            "query-id hash) when the data set has none")
 
@@ -55,19 +57,17 @@ def _common(parser: argparse.ArgumentParser) -> None:
 def _load(args: argparse.Namespace):
   from hyset_jax.data import splits
   from hyset_jax.data.specs import load_dataset
-  dataset = load_dataset(args.spec, max_set_size=args.max_size)
+  dataset = load_dataset(args.spec, max_set_size=args.max_size, size_knob="--max-size")
   if args.validation_fraction is not None:
     dataset = splits.with_validation(dataset, args.validation_fraction)
   return dataset
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-  from hyset_jax.data import tfds_builder
+  from hyset_jax.data import specs, tfds_builder
   out = os.path.abspath(os.path.expanduser(args.out))
   # Refuse before reading the data: the check is cheap, the reading is not.
-  if tfds_builder.is_nonempty_dir(out) and not args.force:
-    raise UserError(f"{out}: not empty; pass --force to replace the prepared data in it "
-                    f"(only its {tfds_builder.BUILDER_NAME}/ folder is replaced)")
+  tfds_builder.check_output(out, args.force, inputs=specs.input_paths(args.spec))
   dataset = _load(args)
   builder_dir = tfds_builder.prepare(dataset, out, spec=args.spec, force=args.force)
   counts = ", ".join(f"{s} {len(q)}" for s, q in dataset.splits.items())
@@ -78,15 +78,17 @@ def run_prepare(args: argparse.Namespace) -> int:
 
 
 def run_stats(args: argparse.Namespace) -> int:
+  from hyset_jax import io_utils
+  from hyset_jax.data import specs
   from hyset_jax.data.stats import compute_stats, format_stats
+  if args.json:
+    io_utils.output_file(args.json, args.force, inputs=specs.input_paths(args.spec),
+                         flag="--json")
   stats = compute_stats(_load(args))
   stats["spec"] = args.spec
   print(format_stats(stats))
   if args.json:
-    try:
-      with open(args.json, "w", encoding="utf-8") as f:
-        json.dump(stats, f, indent=2, ensure_ascii=False)
-        f.write("\n")
-    except OSError as e:
-      raise UserError(f"{args.json}: cannot write the statistics ({e.strerror})") from None
+    with io_utils.atomic_write(args.json) as f:
+      json.dump(stats, f, indent=2, ensure_ascii=False)
+      f.write("\n")
   return 0

@@ -3,8 +3,10 @@
   hyset encode --texts FILE.jsonl [--model DIR] --out X.npy [--batch-size N]
                [--no-cache] [--cache-dir DIR] [--force]
 
-Each line of FILE.jsonl is a JSON object with a ``text`` string (other fields are
-ignored; blank lines are skipped). X.npy gets float32 [n, d], row i the vector of
+Each line of FILE.jsonl is a JSON object with a ``text`` string (blank lines are skipped).
+A BEIR corpus row's ``title`` string, when present, is put in front of its ``text`` as the
+``beir:`` reader does (so a tool with a title and an empty text is embedded by its title);
+other fields are ignored, and a line whose text is empty is refused. X.npy gets float32 [n, d], row i the vector of
 the i-th text. Vectors come from the on-disk cache when this model has seen the
 text before (see :mod:`hyset_jax.encoder.cache`).
 """
@@ -19,6 +21,7 @@ import sys
 import numpy as np
 
 from hyset_jax.commands import int_at_least
+from hyset_jax.data.beir import document_text
 from hyset_jax.errors import UserError
 
 _EXPECTED = 'one JSON object with a "text" string per line'
@@ -87,33 +90,31 @@ def read_texts(path: str | os.PathLike) -> list[str]:
     if not isinstance(obj["text"], str):
       raise UserError(f"{path}:{lineno}: field \"text\" must be a string, "
                       f"got {type(obj['text']).__name__}")
-    texts.append(obj["text"])
+    if "title" in obj and not isinstance(obj["title"], (str, type(None))):
+      raise UserError(f"{path}:{lineno}: field \"title\" must be a string, "
+                      f"got {type(obj['title']).__name__}")
+    # Texts without a title are embedded exactly as given (as hyset predict --queries does).
+    text = document_text(obj["title"], obj["text"]) if obj.get("title") else obj["text"]
+    if not text.strip():
+      raise UserError(f"{path}:{lineno}: empty text (and no title); nothing to embed")
+    texts.append(text)
   if not texts:
     raise UserError(f"{path}: no texts; expected {_EXPECTED}")
   return texts
 
 
 def save_npy(path: pathlib.Path, array: np.ndarray) -> None:
-  """Writes ``array`` to ``path`` via a temporary file and a rename, so a killed run
-  never leaves a truncated .npy under the final name."""
-  path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-  try:
-    with open(tmp, "wb") as f:
-      np.save(f, array)
-    os.replace(tmp, path)
-  finally:
-    tmp.unlink(missing_ok=True)
+  """Writes ``array`` to ``path`` atomically (a killed run never leaves a truncated .npy)."""
+  from hyset_jax import io_utils
+  with io_utils.atomic_write(path, "wb") as f:
+    np.save(f, array)
 
 
 def run(args: argparse.Namespace) -> int:
   """Reads --texts, encodes, writes --out; returns the exit code."""
+  from hyset_jax import io_utils
   # Every cheap check before the model loads, so mistakes fail in milliseconds.
-  out = pathlib.Path(args.out)
-  if out.is_dir():
-    raise UserError(f"{out}: is a directory; --out takes a .npy file name")
-  if out.exists() and not args.force:
-    raise UserError(f"{out}: exists; pass --force to overwrite it")
+  out = io_utils.output_file(args.out, args.force, inputs=(args.texts, args.model))
   texts = read_texts(args.texts)
 
   from hyset_jax.encoder import encode_cached, load_encoder  # deferred: jax and transformers

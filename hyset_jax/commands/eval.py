@@ -3,10 +3,13 @@
     hyset eval --data SPEC --split NAME --method bm25|dense|fusion|hyset \
         [--model DIR] [--encoder DIR] [--limit N] --out metrics.json [--force]
 
-Writes the design.md §5 metrics (``hyset_jax.metrics.evaluate``) as JSON and
-prints a one-line summary. ``--method hyset`` without ``--model`` scores the
+Writes the metrics of docs/contracts.md (``hyset_jax.metrics.evaluate``) as JSON
+and prints a one-line summary. ``--method hyset`` without ``--model`` scores the
 untrained HYSET built from the encoder's tool embeddings (P = I, M = 0), which
-ranks exactly like ``dense``: the baseline any training must beat.
+ranks exactly like ``dense``: the baseline any training must beat. ``--model``
+takes a hyset/1 model directory or a ``hyset train`` workdir (its best/ model).
+``--split validation`` on a data set without one scores the validation split
+training carves out of train (same query-id hash, ``--validation-fraction``).
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hyset_jax.commands import float_in_open_unit, int_at_least
 from hyset_jax.data.types import ToolLibrary
 from hyset_jax.errors import UserError
 
@@ -28,18 +32,25 @@ EVAL_DEPTH = 5
 
 def add_parser(subparsers: Any) -> None:
   p = subparsers.add_parser(
-      "eval", help="score a retrieval method on a data split (design.md §5 metrics)",
-      description=__doc__.split("\n\n")[0])
+      "eval", help="score a retrieval method on a data split (metrics of docs/contracts.md)",
+      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--data", required=True, metavar="SPEC",
                  help="data set: beir:PATH, toolbench:PATH or bfcl")
-  p.add_argument("--split", required=True, metavar="NAME", help="split to score, e.g. test")
-  p.add_argument("--method", required=True, choices=METHODS)
+  p.add_argument("--split", required=True, metavar="NAME",
+                 help="split to score, e.g. test or validation")
+  p.add_argument("--validation-fraction", type=float_in_open_unit, default=None, metavar="F",
+                 help="--split validation on data without one: the fraction of train carved "
+                      "out, as training's data.validation_fraction (default: the --model "
+                      "workdir's config.json, else 0.1)")
+  p.add_argument("--method", required=True, choices=METHODS, help="retrieval method to score")
   p.add_argument("--model", metavar="DIR",
-                 help="hyset/1 model directory (--method hyset); default: untrained HYSET")
+                 help="--method hyset: a hyset/1 model directory or a hyset train workdir "
+                      "(its best/); default: untrained HYSET")
   p.add_argument("--encoder", metavar="DIR",
                  help="frozen encoder checkpoint directory (default: all-MiniLM-L6-v2; "
                       "with --model, the query_encoder its manifest names)")
-  p.add_argument("--limit", type=int, metavar="N", help="score only the first N queries of the split")
+  p.add_argument("--limit", type=int_at_least(1), metavar="N",
+                 help="score only the first N queries of the split (default: all)")
   p.add_argument("--out", required=True, metavar="FILE", help="where to write the metrics JSON")
   p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
   p.set_defaults(func=run)
@@ -50,11 +61,21 @@ def _check_args(args: argparse.Namespace) -> None:
     raise UserError(f"--model is only used with --method hyset, not --method {args.method}")
   if args.encoder is not None and args.method == "bm25":
     raise UserError("--encoder is not used by --method bm25 (it has no encoder)")
-  if args.limit is not None and args.limit < 1:
-    raise UserError(f"--limit must be >= 1, got {args.limit}")
-  out = Path(args.out)
-  if out.is_dir():
-    raise UserError(f"--out {out} is a directory; give a file name such as {out / 'metrics.json'}")
+
+
+def validation_fraction(explicit: float | None, model: str | None) -> float | None:
+  """--validation-fraction, else data.validation_fraction of the training run's config.json
+  (the --model workdir, or the workdir around a best/ or final/ model), else None."""
+  if explicit is not None or model is None:
+    return explicit
+  for config in (Path(model) / "config.json", Path(model).parent / "config.json"):
+    if config.is_file():
+      try:
+        value = json.loads(config.read_text(encoding="utf-8"))["data"]["validation_fraction"]
+      except (ValueError, KeyError, TypeError, OSError):
+        return None
+      return value if isinstance(value, float) and 0 < value < 1 else None
+  return None
 
 
 def _load_encoder(path: str | None) -> Any:
@@ -63,10 +84,12 @@ def _load_encoder(path: str | None) -> Any:
 
 
 def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary) -> Any:
-  """A HysetRetriever from a ``hyset/1`` directory, checked against the data's library."""
+  """A HysetRetriever from a ``hyset/1`` directory or a training workdir's best/, checked
+  against the data's library."""
+  from hyset_jax.commands.export import best_model_dir
   from hyset_jax.modeldir import load_model_dir
   from hyset_jax.retrievers import HysetRetriever
-  model = load_model_dir(path)
+  model = load_model_dir(best_model_dir(path))
   model_ids = tuple(model.tool_ids)
   library = set(tools.ids)
   shared = library.intersection(model_ids)
@@ -112,13 +135,21 @@ def summary_line(method: str, data: str, split: str, metrics: dict, seconds: flo
 
 def run(args: argparse.Namespace) -> int:
   from hyset_jax import io_utils
-  from hyset_jax.data.specs import load_dataset
+  from hyset_jax.data import splits
+  from hyset_jax.data.specs import input_paths, load_dataset
   from hyset_jax.metrics import evaluate
 
   _check_args(args)
-  out = io_utils.check_writable(args.out, args.force)  # fail before minutes of encoding
+  # Fail before minutes of encoding.
+  out = io_utils.output_file(args.out, args.force,
+                             inputs=(*input_paths(args.data), args.model, args.encoder))
   start = time.perf_counter()
   dataset = load_dataset(args.data)
+  if args.split == "validation":
+    # The split training validates on (hyset_jax.train.prepare_data does the same).
+    fraction = validation_fraction(args.validation_fraction, args.model)
+    dataset = (splits.with_validation(dataset) if fraction is None
+               else splits.with_validation(dataset, fraction))
   queries = dataset.split(args.split)
   if args.limit is not None:
     queries = queries[:args.limit]

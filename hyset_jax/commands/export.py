@@ -7,7 +7,8 @@ Formats (see :mod:`hyset_jax.export` and docs/export.md):
   projector   TensorBoard Embedding Projector TSVs of the tool embeddings
   stablehlo   jax.export artifacts of stage 1, stage 2 and both, with signature.json
 
---out is a directory; one that exists and is not empty is replaced only with --force.
+--out is a directory; one that exists and is not empty is replaced only with --force, and
+only if it holds an earlier export of the same format.
 """
 from __future__ import annotations
 
@@ -17,37 +18,59 @@ import pathlib
 
 from hyset_jax.errors import UserError
 
+# hyset_jax.export.FORMATS, not imported here: it would load JAX for ``hyset --help``.
+FORMATS = ("hyset", "npz", "projector", "stablehlo")
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
   p = sub.add_parser("export", help="export a trained model", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--workdir", required=True,
-                 help="a `hyset train` workdir (its best/ model) or a hyset/1 model directory")
-  p.add_argument("--out", required=True, help="output directory")
-  p.add_argument("--format", choices=("hyset", "npz", "projector", "stablehlo"), default="hyset")
-  p.add_argument("--data", help="projector: data spec for tool categories and names "
-                 "(default: the workdir's config.json data.spec)")
+  p.add_argument("--workdir", required=True, metavar="DIR",
+                 help="a hyset train workdir (its best/ model) or a hyset/1 model directory")
+  p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+  p.add_argument("--format", choices=FORMATS, default="hyset",
+                 help="what to write (default hyset; see above)")
+  p.add_argument("--data", metavar="SPEC",
+                 help="projector: data spec for tool categories and names "
+                      "(default: the workdir's config.json data.spec)")
   p.add_argument("--platforms", default="cpu,cuda,tpu",
                  help="stablehlo: comma-separated platforms to lower for (default cpu,cuda,tpu)")
-  p.add_argument("--force", action="store_true", help="replace a non-empty --out")
+  p.add_argument("--force", action="store_true",
+                 help="replace a non-empty --out that holds an earlier export of this format")
   p.set_defaults(func=run)
+
+
+def enclosing_workdir(path: pathlib.Path) -> pathlib.Path | None:
+  """The training workdir ``path`` lies inside (a checkpoint step, checkpoints/), if any."""
+  for parent in path.resolve().parents:
+    if (parent / "config.json").is_file() and (parent / "checkpoints").is_dir():
+      return parent
+  return None
 
 
 def best_model_dir(workdir: str | pathlib.Path) -> pathlib.Path:
   """The hyset/1 directory of a workdir's best model, or the path itself if it is one."""
   path = pathlib.Path(workdir)
   if not path.is_dir():
-    raise UserError(f"{path} does not exist or is not a directory; expected a `hyset train` "
+    raise UserError(f"{path} does not exist or is not a directory; expected a hyset train "
                     f"workdir or a hyset/1 model directory")
   if (path / "manifest.json").is_file():
     return path
   if (path / "best" / "manifest.json").is_file():
     return path / "best"
+  outer = enclosing_workdir(path)
+  if outer is not None:
+    raise UserError(f"{path} is inside the training workdir {outer} (an Orbax checkpoint, not a "
+                    f"model directory); pass the workdir itself ({outer}), whose best/ model "
+                    f"is used")
+  if not (path / "config.json").is_file():
+    raise UserError(f"{path} is neither a hyset/1 model directory (no manifest.json) nor a "
+                    f"hyset train workdir (no config.json, no best/)")
   steps = sorted(int(p.name) for p in (path / "checkpoints").glob("*") if p.name.isdigit())
   why = (f"it has checkpoints up to step {steps[-1]} but no evaluation has finished yet"
          if steps else "it has no checkpoints either")
   raise UserError(f"{path} holds no trained model (no best/manifest.json; {why}); run "
-                  f"`hyset train --workdir {path}` until its first evaluation")
+                  f"hyset train --workdir {path} until its first evaluation")
 
 
 def data_spec(source: pathlib.Path, explicit: str | None) -> str | None:
@@ -66,12 +89,9 @@ def data_spec(source: pathlib.Path, explicit: str | None) -> str | None:
 def run(args: argparse.Namespace) -> int:
   from hyset_jax import export, io_utils, modeldir
   source = best_model_dir(args.workdir)
-  out = pathlib.Path(args.out)
-  src, dst = source.resolve(), out.resolve()
-  if dst == src or dst in src.parents:
-    raise UserError(f"--out {out} would replace the model being exported ({source}); "
-                    f"choose another directory")
-  io_utils.check_target(out, args.force)  # before loading or compiling anything
+  # Before loading or compiling anything.
+  out = io_utils.output_dir(args.out, args.force, marker=export.MARKERS[args.format],
+                            inputs=(source, args.workdir), what=f"{args.format} export")
   model = modeldir.load_model_dir(source)
   if args.format == "hyset":
     modeldir.save_model_dir(out, model, force=args.force)

@@ -1,7 +1,8 @@
-"""``hyset predict``: best tool set, greedy ranking and shortlist for each query (design.md §5).
+"""``hyset predict``: best tool set, greedy ranking and shortlist for each query.
 
 Output: one JSON object a line, in input order, with ``query_id``, ``set`` (tool ids),
-``set_score``, ``ranking`` (tool ids) and ``shortlist`` (tool ids, shortlist order).
+``set_score``, ``ranking`` (tool ids) and ``shortlist`` (tool ids, shortlist order); the contract is in
+docs/contracts.md.
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pathlib
 
 import numpy as np
 
+from hyset_jax.commands import int_at_least
 from hyset_jax.errors import UserError
 
 
@@ -20,15 +22,22 @@ METHODS = ("gather", "colex", "matmul", "matmul_bf16")
 def add_parser(sub: argparse._SubParsersAction) -> None:
   p = sub.add_parser("predict", help="predict tool sets with a hyset/1 model directory",
                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--model", required=True, help="hyset/1 model directory or `hyset train` workdir")
+  p.add_argument("--model", required=True, metavar="DIR",
+                 help="hyset/1 model directory or hyset train workdir (its best/ model)")
   src = p.add_mutually_exclusive_group(required=True)
-  src.add_argument("--queries", help="queries as JSONL in BEIR format ({_id, text})")
-  src.add_argument("--query-embeddings", help="float32 [Q, d_r] .npy; query_id = row index")
-  p.add_argument("--out", required=True, help="output JSONL")
-  p.add_argument("--k1", type=int, help="stage-1 size K1 (default: the manifest's)")
-  p.add_argument("--k-pool", type=int, help="shortlist size K_pool (default: the manifest's)")
-  p.add_argument("--max-size", type=int, help="largest set size M (≤ the manifest's)")
-  p.add_argument("--batch-size", type=int, default=256)
+  src.add_argument("--queries", metavar="FILE.jsonl",
+                   help="queries as JSONL in BEIR format ({_id, text})")
+  src.add_argument("--query-embeddings", metavar="FILE.npy",
+                   help="float32 [Q, d_r] .npy; query_id = row index")
+  p.add_argument("--out", required=True, metavar="FILE.jsonl", help="output JSONL")
+  p.add_argument("--k1", type=int_at_least(1), metavar="N",
+                 help="stage-1 size K1 (default: the manifest's)")
+  p.add_argument("--k-pool", type=int_at_least(2), metavar="N",
+                 help="shortlist size K_pool (default: the manifest's)")
+  p.add_argument("--max-size", type=int_at_least(2), metavar="N",
+                 help="largest set size M, at most the manifest's (default: the manifest's)")
+  p.add_argument("--batch-size", type=int_at_least(1), default=256, metavar="N",
+                 help="queries per inference call (default 256)")
   # Mirrors enumeration.SCORERS and DEFAULT_METHOD (not imported here: it would load JAX
   # for ``hyset --help``); tests/test_bench.py checks they agree.
   p.add_argument("--method", choices=METHODS, default="gather",
@@ -91,7 +100,8 @@ def resolve_overrides(model, k1: int | None, k_pool: int | None, max_size: int |
 def run(args: argparse.Namespace) -> int:
   from hyset_jax import inference, io_utils, modeldir
 
-  out = io_utils.check_writable(args.out, args.force)
+  out = io_utils.output_file(args.out, args.force,
+                            inputs=(args.model, args.queries, args.query_embeddings))
   from hyset_jax.commands.export import best_model_dir
   model = modeldir.load_model_dir(best_model_dir(args.model))
   k1, k_pool, max_size = resolve_overrides(model, args.k1, args.k_pool, args.max_size)

@@ -13,8 +13,8 @@ distinct corpus ids of its relevant rows. Queries keep the order in which a
 split's qrels first name them. A query's source is its
 ``metadata.source`` when that is a string, else empty.
 
-Tool text is ``title + " " + text`` (stripped), the concatenation BEIR's own
-dense retrievers use; ToolLens titles are empty, so its tool text is ``text``.
+Tool text is ``title + " " + text`` (stripped, :func:`document_text`), the concatenation
+BEIR's own dense retrievers use; ToolLens titles are empty, so its tool text is ``text``.
 """
 from __future__ import annotations
 
@@ -75,6 +75,17 @@ def load_beir(path: str, name: str | None = None) -> Dataset:
                  splits=split_queries, notes=tuple(notes))
 
 
+def document_text(title: str | None, text: str) -> str:
+  """The text a BEIR corpus row is embedded and matched by: title, a space, text, stripped.
+
+  >>> document_text("weather", "")
+  'weather'
+  >>> document_text("", " get_forecast(city) ")
+  'get_forecast(city)'
+  """
+  return f"{title or ''} {text}".strip()
+
+
 def _read_corpus(path: str) -> ToolLibrary:
   ids, texts, metadata = [], [], []
   seen = files.UniqueIds("tool")
@@ -84,7 +95,7 @@ def _read_corpus(path: str) -> ToolLibrary:
     title = files.get_field(obj, "title", str, where, default="") or ""
     text = files.get_field(obj, "text", str, where)
     meta = files.get_field(obj, "metadata", (dict, type(None)), where, default={}) or {}
-    body = f"{title} {text}".strip()
+    body = document_text(title, text)
     if not body:
       raise UserError(f"{where}: tool {tool_id!r} has empty title and text; expected a "
                       f"description to retrieve it by")

@@ -1,4 +1,4 @@
-"""Data specs (design.md §5): the one string that names a data set everywhere.
+"""Data specs (docs/contracts.md): the one string that names a data set everywhere.
 
 =====================  ==============================================================
 ``beir:PATH``          BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv)
@@ -96,7 +96,23 @@ def parse_spec(spec: str) -> DataSpec:
   return DataSpec(scheme, path or None)
 
 
-def load_dataset(spec: str, *, max_set_size: int | None = None) -> Dataset:
+def input_paths(spec: str) -> tuple[str, ...]:
+  """The files or folders ``spec`` reads (none for the packaged BFCL data): outputs must not
+  overwrite them (:func:`hyset_jax.io_utils.output_file`).
+
+  >>> input_paths("beir:data/toollens")
+  ('data/toollens',)
+  """
+  parsed = parse_spec(spec)
+  return () if parsed.path is None else (os.path.expanduser(parsed.path),)
+
+
+# How a user raises the maximum set size, by default: training's config key.
+SIZE_KNOB = "model.max_set_size (hyset train --set model.max_set_size=N)"
+
+
+def load_dataset(spec: str, *, max_set_size: int | None = None,
+                 size_knob: str = SIZE_KNOB) -> Dataset:
   """Reads the data set named by ``spec`` and checks it.
 
   Args:
@@ -104,6 +120,8 @@ def load_dataset(spec: str, *, max_set_size: int | None = None) -> Dataset:
     max_set_size: if given, every gold set must have at most this many tools
       (the model cannot output a larger set; a silent truncation would inflate
       or deflate every metric).
+    size_knob: what the error message tells the user to raise (the caller's flag or
+      config key), e.g. ``"--max-size"``.
 
   Raises:
     UserError: for a bad spec, unreadable or malformed files, or failed checks.
@@ -111,11 +129,12 @@ def load_dataset(spec: str, *, max_set_size: int | None = None) -> Dataset:
   parsed = parse_spec(spec)
   loader, _, _ = SCHEMES[parsed.scheme]
   dataset = loader(parsed.path)
-  check_dataset(dataset, spec=str(parsed), max_set_size=max_set_size)
+  check_dataset(dataset, spec=str(parsed), max_set_size=max_set_size, size_knob=size_knob)
   return dataset
 
 
-def check_dataset(dataset: Dataset, *, spec: str, max_set_size: int | None = None) -> None:
+def check_dataset(dataset: Dataset, *, spec: str, max_set_size: int | None = None,
+                  size_knob: str = SIZE_KNOB) -> None:
   """Checks shared by every reader (they already check their own files)."""
   if not len(dataset.tools):
     raise UserError(f"{spec}: the tool library is empty; expected at least one tool")
@@ -131,6 +150,5 @@ def check_dataset(dataset: Dataset, *, spec: str, max_set_size: int | None = Non
                          for split, q in too_big[:_EXAMPLES])
     raise UserError(
         f"{spec}: {len(too_big)} queries have gold sets larger than max_set_size="
-        f"{max_set_size} (largest: {largest} tools), e.g. {examples}; raise the maximum "
-        f"set size to at least {largest} (max_set_size; --max-size on the command line) "
-        f"or remove those queries")
+        f"{max_set_size} (largest: {largest} tools), e.g. {examples}; raise {size_knob} "
+        f"to at least {largest} or remove those queries")

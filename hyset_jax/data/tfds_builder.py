@@ -121,8 +121,14 @@ def _tool_records(tools: ToolLibrary) -> Iterator[dict[str, Any]]:
            "metadata": json.dumps(meta, sort_keys=True, ensure_ascii=False)}
 
 
-def is_nonempty_dir(path: str) -> bool:
-  return os.path.isdir(path) and bool(os.listdir(path))
+def check_output(out_dir: str, force: bool, inputs=()) -> None:
+  """Refuse ``out_dir`` before any work: a file, a non-empty folder without ``force``, one of
+  ``inputs``, or a ``hyset_data`` in it that is not earlier prepared data."""
+  from hyset_jax import io_utils
+  io_utils.output_dir(out_dir, force, inputs=inputs)
+  if os.path.isdir(out_dir):
+    io_utils.output_dir(os.path.join(out_dir, BUILDER_NAME), force, marker=(TOOLS, QUERIES),
+                        what="folder of prepared data")
 
 
 def prepare(dataset: Dataset, out_dir: str, *, spec: str = "", force: bool = False) -> str:
@@ -132,27 +138,26 @@ def prepare(dataset: Dataset, out_dir: str, *, spec: str = "", force: bool = Fal
   ``hyset_data`` folder this function writes is replaced, nothing else in
   ``out_dir`` is touched.
   """
+  from hyset_jax import io_utils
   out_dir = os.path.abspath(os.path.expanduser(out_dir))
-  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-    raise UserError(f"{out_dir}: exists and is not a directory; expected an output folder")
-  if is_nonempty_dir(out_dir) and not force:
-    raise UserError(f"{out_dir}: not empty; pass --force to replace the prepared data in it "
-                    f"(only its {BUILDER_NAME}/ folder is replaced)")
+  check_output(out_dir, force)
   builder_dir = os.path.join(out_dir, BUILDER_NAME)
-  os.makedirs(out_dir, exist_ok=True)
   # Write into a staging folder and move it in at the end, so a failed or
   # killed run leaves the previous data intact and never a half-written
   # hyset_data/ that looks complete. tfds stores no absolute paths.
-  staging = tempfile.mkdtemp(prefix=f".{BUILDER_NAME}-staging-", dir=out_dir)
+  try:
+    os.makedirs(out_dir, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{BUILDER_NAME}-staging-", dir=out_dir)
+  except OSError as e:
+    raise UserError(f"cannot write {out_dir}: {e.strerror or e}") from None
   try:
     for config in (TOOLS, QUERIES):
       builder = HysetData(dataset=dataset, spec=spec, config=config, data_dir=staging,
                           file_format="array_record")
       # Nothing is downloaded, but tfds insists on a download folder.
       builder.download_and_prepare(download_dir=os.path.join(staging, "downloads"))
-    if os.path.exists(builder_dir):
-      shutil.rmtree(builder_dir)
-    os.replace(os.path.join(staging, BUILDER_NAME), builder_dir)
+    io_utils.apply_umask(staging)
+    io_utils.replace_dir(os.path.join(staging, BUILDER_NAME), builder_dir)
   finally:
     shutil.rmtree(staging, ignore_errors=True)
   return builder_dir
