@@ -1,17 +1,24 @@
 """A dependency-free NumPy reference of ``hyset predict`` (NumPy and the standard library only).
 
-It reproduces the two-stage path of :func:`hyset_jax.inference.predict` (paper Eq. 12-14,
-design.md §3) from exported files alone, so other stacks can check their port against it, or
-simply use it. This file imports neither JAX nor ``hyset_jax`` nor ``safetensors``: copy it
+It reproduces the two-stage path of :func:`hyset_jax.inference.predict` (paper Eq. 12-14;
+the contracts are in docs/contracts.md) from exported files alone, so other stacks can check
+their port against it, or simply use it. This file imports neither JAX nor ``hyset_jax`` nor ``safetensors``: copy it
 anywhere and run::
 
-    python reference.py --model DIR --query-embeddings queries.npy --out predictions.jsonl
+    python reference.py --model DIR --query-embeddings queries.npy --out predictions.jsonl [--force]
 
 DIR is a ``hyset/1`` model directory (``params.safetensors`` is parsed here: an 8-byte
 little-endian header length, a JSON header, raw little-endian tensors), an ``npz`` export
 (``model.npz`` or its directory) or a ``hyset train`` workdir (its ``best/``). The output has
 the lines ``hyset predict --query-embeddings`` writes: ``query_id`` (the row), ``set``,
 ``set_score``, ``ranking``, ``shortlist``.
+
+It checks what ``hyset predict`` checks (shapes, ``len(tool_ids) = N`` and distinct ids, finite
+values, symmetric interaction matrices, unit rows of Z, manifest field types, the sizes
+1 ≤ K1 < K_pool ≤ N and 2 ≤ M ≤ K_pool, finite query embeddings of the right width) with the same
+tolerances, and the output rules of the ``hyset`` commands: an existing ``--out`` is replaced only
+with ``--force``, never one of its inputs, never into a missing folder. Errors print
+``error: …`` and exit 2.
 
 The rules, float32 throughout as in JAX:
 
@@ -28,11 +35,15 @@ The rules, float32 throughout as in JAX:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import pathlib
+import stat
 import struct
 import sys
+import tempfile
 from typing import NamedTuple
 
 import numpy as np
@@ -40,10 +51,14 @@ import numpy as np
 FORMAT = "hyset/1"
 _SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
                        "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
+# The tolerances of hyset_jax.modeldir (copied: this file imports nothing of hyset_jax; a test
+# checks they agree).
+SYMMETRY_RTOL = 1e-4
+NORM_ATOL = 1e-3
 
 
 class ModelError(ValueError):
-  """A model directory or file this reference cannot use; the message says why."""
+  """A model directory, file or argument this reference cannot use; the message says why."""
 
 
 class Model(NamedTuple):
@@ -61,7 +76,10 @@ class Model(NamedTuple):
 
 def read_safetensors(path: str | pathlib.Path) -> dict[str, np.ndarray]:
   """All tensors of a ``.safetensors`` file, parsed by hand (no ``safetensors`` package)."""
-  data = pathlib.Path(path).read_bytes()
+  try:
+    data = pathlib.Path(path).read_bytes()
+  except OSError as e:
+    raise ModelError(f"{path}: cannot read ({e.strerror or e})") from None
   if len(data) < 8:
     raise ModelError(f"{path}: too short for a safetensors file")
   (n,) = struct.unpack("<Q", data[:8])
@@ -71,67 +89,224 @@ def read_safetensors(path: str | pathlib.Path) -> dict[str, np.ndarray]:
     header = json.loads(data[8:8 + n].decode("utf-8"))
   except (UnicodeDecodeError, ValueError) as e:
     raise ModelError(f"{path}: unreadable safetensors header ({e})") from None
+  if not isinstance(header, dict):
+    raise ModelError(f"{path}: the safetensors header is not a JSON object")
   body = data[8 + n:]
   out = {}
   for name, info in header.items():
     if name == "__metadata__":
       continue
-    begin, end = info["data_offsets"]
-    shape = tuple(info["shape"])
+    try:
+      begin, end = (int(x) for x in info["data_offsets"])
+      shape = tuple(int(x) for x in info["shape"])
+      dtype = info["dtype"]
+    except (KeyError, TypeError, ValueError):
+      raise ModelError(f"{path}: tensor {name!r} has a malformed header entry {info!r}") from None
     if not 0 <= begin <= end <= len(body):
       raise ModelError(f"{path}: tensor {name!r} lies outside the file")
     raw = body[begin:end]
-    if info["dtype"] == "BF16":  # the upper half of a float32
+    if dtype == "BF16":  # the upper half of a float32
+      if len(raw) % 2:
+        raise ModelError(f"{path}: tensor {name!r} has an odd number of bytes for BF16")
       arr = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
-    elif info["dtype"] in _SAFETENSORS_DTYPES:
-      arr = np.frombuffer(raw, _SAFETENSORS_DTYPES[info["dtype"]])
+    elif dtype in _SAFETENSORS_DTYPES:
+      item = np.dtype(_SAFETENSORS_DTYPES[dtype]).itemsize
+      if len(raw) % item:
+        raise ModelError(f"{path}: tensor {name!r} has {len(raw)} bytes, not a multiple of "
+                         f"{item} ({dtype})")
+      arr = np.frombuffer(raw, _SAFETENSORS_DTYPES[dtype])
     else:
-      raise ModelError(f"{path}: tensor {name!r} has unsupported dtype {info['dtype']}")
+      raise ModelError(f"{path}: tensor {name!r} has unsupported dtype {dtype}")
     if arr.size != math.prod(shape):
       raise ModelError(f"{path}: tensor {name!r} holds {arr.size} values for shape {shape}")
     out[name] = arr.reshape(shape)
   return out
 
 
-def _model(tensors: dict, manifest: dict, where: str) -> Model:
-  m = int(manifest["max_set_size"])
+def _int_field(manifest: dict, name: str, where: str) -> int:
+  value = manifest.get(name)
+  if isinstance(value, np.integer):
+    value = int(value)
+  if not isinstance(value, int) or isinstance(value, bool):
+    raise ModelError(f"{where}: field {name!r} must be an integer, got {value!r}")
+  return value
+
+
+def _float_tensor(tensors: dict, name: str, where: str) -> np.ndarray:
+  if name not in tensors:
+    raise ModelError(f"{where}: missing tensor {name!r}")
+  a = np.asarray(tensors[name])
+  if not np.issubdtype(a.dtype, np.floating):
+    raise ModelError(f"{where}: tensor {name!r} must be floating point, got {a.dtype}")
+  return a.astype(np.float32)
+
+
+def validate(model: Model, where: str) -> None:
+  """The checks of ``hyset predict`` (hyset_jax.modeldir.validate); ModelError naming the fault."""
+  z, p, inter = model.tool_embeddings, model.projection, model.interactions
+  if z.ndim != 2:
+    raise ModelError(f"{where}: tensor 'tool_embeddings' must be [N, d_z], got shape {z.shape}")
+  n, d = z.shape
+  if p.ndim != 2 or p.shape[1] != d:
+    raise ModelError(f"{where}: tensor 'projection' must be [d_r, {d}] (d_z from "
+                     f"tool_embeddings), got shape {p.shape}")
+  for m in range(2, model.max_set_size + 1):
+    if inter[m - 2].shape != (d, d):
+      raise ModelError(f"{where}: tensor 'interaction_{m}' must be [{d}, {d}], got shape "
+                       f"{inter[m - 2].shape}")
+  if len(model.tool_ids) != n:
+    raise ModelError(f"{where}: manifest 'tool_ids' has {len(model.tool_ids)} ids but "
+                     f"'tool_embeddings' has {n} rows")
+  seen: set[str] = set()
+  for t in model.tool_ids:
+    if t in seen:
+      raise ModelError(f"{where}: manifest 'tool_ids' repeats id {t!r}; ids must be distinct")
+    seen.add(t)
+  for name, a in (("tool_embeddings", z), ("projection", p)):
+    if not np.all(np.isfinite(a)):
+      raise ModelError(f"{where}: tensor {name!r} contains NaN or inf")
+  for m in range(2, model.max_set_size + 1):
+    a = inter[m - 2]
+    if not np.all(np.isfinite(a)):
+      raise ModelError(f"{where}: tensor 'interaction_{m}' contains NaN or inf")
+    err = float(np.max(np.abs(a - a.T))) if a.size else 0.0
+    if err > SYMMETRY_RTOL * max(1.0, float(np.max(np.abs(a))) if a.size else 1.0):
+      raise ModelError(f"{where}: tensor 'interaction_{m}' is not symmetric (max |M - Mᵀ| = "
+                       f"{err:.3g}); HYSET interaction matrices must be symmetric")
+  norms = np.linalg.norm(z, axis=1)
+  bad = np.flatnonzero(np.abs(norms - 1.0) > NORM_ATOL)
+  if bad.size:
+    i = int(bad[0])
+    raise ModelError(f"{where}: tensor 'tool_embeddings' row {i} (tool {model.tool_ids[i]!r}) "
+                     f"has norm {norms[i]:.4g}; hyset/1 requires unit rows ({bad.size} rows off)")
   try:
-    inter = np.stack([np.asarray(tensors[f"interaction_{k}"], np.float32)
-                      for k in range(2, m + 1)])
-    model = Model(np.asarray(tensors["tool_embeddings"], np.float32),
-                  np.asarray(tensors["projection"], np.float32), inter,
-                  tuple(str(t) for t in manifest["tool_ids"]), m, int(manifest["k1"]),
-                  int(manifest["k_pool"]), str(manifest.get("query_encoder", "")))
-  except KeyError as e:
-    raise ModelError(f"{where}: missing {e}") from None
-  n, d = model.tool_embeddings.shape
-  if len(model.tool_ids) != n or model.projection.shape[1] != d or inter.shape[1:] != (d, d):
-    raise ModelError(f"{where}: inconsistent shapes (tool_embeddings {n}x{d}, "
-                     f"{len(model.tool_ids)} tool ids, projection {model.projection.shape})")
+    check_sizes(model, model.k1, model.k_pool, model.max_set_size, _MANIFEST_KNOBS)
+  except ModelError as e:
+    raise ModelError(f"{where}: manifest {e}") from None
+
+
+_MANIFEST_KNOBS = ("field 'k1'", "field 'k_pool'", "field 'max_set_size'")
+_FLAG_KNOBS = ("--k1", "--k-pool", "--max-size")
+
+
+def check_sizes(model: Model, k1: int, k_pool: int, max_size: int,
+                knobs: tuple[str, str, str] = _FLAG_KNOBS) -> None:
+  """1 ≤ K1 < K_pool ≤ N and 2 ≤ M ≤ min(K_pool, the model's M); the message names ``knobs``
+  (how the caller sets K1, K_pool, M)."""
+  n = len(model.tool_ids)
+  if not 2 <= max_size <= k_pool:
+    raise ModelError(f"{knobs[2]} = {max_size}: need 2 ≤ M ≤ k_pool ({k_pool})")
+  if max_size > model.max_set_size:
+    raise ModelError(f"{knobs[2]} = {max_size} exceeds the model's max_set_size "
+                     f"{model.max_set_size}")
+  if not 1 <= k1 < k_pool:
+    raise ModelError(f"{knobs[0]} = {k1}: need 1 ≤ k1 < k_pool ({k_pool})")
+  if k_pool > n:
+    raise ModelError(f"{knobs[1]} = {k_pool}: the model has only {n} tools")
+
+
+def _model(tensors: dict, manifest: dict, where: str, tensors_where: str) -> Model:
+  tool_ids = manifest.get("tool_ids")
+  if not isinstance(tool_ids, list) or not all(isinstance(t, str) for t in tool_ids):
+    raise ModelError(f"{where}: field 'tool_ids' must be a list of strings")
+  m = _int_field(manifest, "max_set_size", where)
+  k1 = _int_field(manifest, "k1", where)
+  k_pool = _int_field(manifest, "k_pool", where)
+  if m < 2:
+    raise ModelError(f"{where}: field 'max_set_size' must be ≥ 2, got {m}")
+  encoder = manifest.get("query_encoder")
+  if encoder is not None and not isinstance(encoder, str):
+    raise ModelError(f"{where}: field 'query_encoder' must be a string or null")
+  expected = ["tool_embeddings", "projection"] + [f"interaction_{k}" for k in range(2, m + 1)]
+  extra = sorted(k for k in tensors if k not in expected and k not in _NPZ_FIELDS)
+  if extra:
+    raise ModelError(f"{tensors_where}: unexpected tensor(s) {', '.join(map(repr, extra))} for "
+                     f"max_set_size = {m}")
+  z = _float_tensor(tensors, "tool_embeddings", tensors_where)
+  p = _float_tensor(tensors, "projection", tensors_where)
+  inter = [_float_tensor(tensors, f"interaction_{k}", tensors_where) for k in range(2, m + 1)]
+  for k, a in enumerate(inter, start=2):
+    if a.ndim != 2 or a.shape != inter[0].shape:
+      raise ModelError(f"{tensors_where}: tensor 'interaction_{k}' must be [d_z, d_z], got "
+                       f"shape {a.shape}")
+  model = Model(z, p, np.stack(inter), tuple(tool_ids), m, k1, k_pool, encoder or "")
+  validate(model, tensors_where)
   return model
+
+
+# npz exports keep the manifest fields beside the tensors.
+_NPZ_FIELDS = ("format", "tool_ids", "max_set_size", "k1", "k_pool", "query_encoder")
+
+
+def _load_npz(path: pathlib.Path) -> Model:
+  try:
+    with np.load(path, allow_pickle=False) as z:
+      arrays = {k: z[k] for k in z.files}
+  except (OSError, ValueError, EOFError) as e:
+    raise ModelError(f"{path}: not a readable .npz file ({e})") from None
+  manifest: dict = {}
+  for k in _NPZ_FIELDS:
+    if k in arrays:
+      a = arrays[k]
+      manifest[k] = a.tolist() if k == "tool_ids" else (a.item() if a.ndim == 0 else a.tolist())
+  if manifest.get("format") != FORMAT:
+    raise ModelError(f"{path}: field 'format' is {manifest.get('format')!r}, expected {FORMAT!r}")
+  return _model(arrays, manifest, str(path), str(path))
 
 
 def load_model(path: str | pathlib.Path) -> Model:
   """A hyset/1 directory, an npz export (file or directory) or a training workdir's best/."""
   path = pathlib.Path(path)
+  if not path.exists():
+    raise ModelError(f"model {path} does not exist; expected a hyset/1 directory, an npz "
+                     f"export or a training workdir")
   if path.is_dir() and (path / "model.npz").is_file():
     path = path / "model.npz"
-  if path.is_file() and path.suffix == ".npz":
-    with np.load(path, allow_pickle=False) as z:
-      arrays = {k: z[k] for k in z.files}
-    manifest = {k: arrays[k].item() for k in ("max_set_size", "k1", "k_pool", "query_encoder")
-                if k in arrays}
-    manifest["tool_ids"] = arrays.get("tool_ids", np.asarray([])).tolist()
-    return _model(arrays, manifest, str(path))
-  if path.is_dir() and not (path / "manifest.json").is_file() and (path / "best").is_dir():
+  if path.is_file():
+    if path.suffix != ".npz":
+      raise ModelError(f"model {path} is a file but not an .npz export; expected a hyset/1 "
+                       f"directory, an npz export or a training workdir")
+    return _load_npz(path)
+  if not (path / "manifest.json").is_file() and (path / "best").is_dir():
     path = path / "best"
   if not (path / "manifest.json").is_file() or not (path / "params.safetensors").is_file():
     raise ModelError(f"{path}: expected manifest.json and params.safetensors (hyset/1), "
                      f"model.npz, or a training workdir with best/")
-  manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+  mpath = path / "manifest.json"
+  try:
+    manifest = json.loads(mpath.read_text(encoding="utf-8"))
+  except (ValueError, UnicodeDecodeError) as e:
+    raise ModelError(f"{mpath}: not valid JSON ({e})") from None
+  if not isinstance(manifest, dict):
+    raise ModelError(f"{mpath}: expected a JSON object")
   if manifest.get("format") != FORMAT:
-    raise ModelError(f"{path}/manifest.json: format {manifest.get('format')!r}, expected {FORMAT!r}")
-  return _model(read_safetensors(path / "params.safetensors"), manifest, str(path))
+    raise ModelError(f"{mpath}: field 'format' is {manifest.get('format')!r}, expected "
+                     f"{FORMAT!r}")
+  ppath = path / "params.safetensors"
+  return _model(read_safetensors(ppath), manifest, str(mpath), str(ppath))
+
+
+def load_queries(path: str | pathlib.Path, dim: int) -> np.ndarray:
+  """A float [Q, dim] .npy of finite values, as float32 (the checks of ``hyset predict``)."""
+  path = pathlib.Path(path)
+  if not path.is_file():
+    raise ModelError(f"query embeddings file {path} does not exist")
+  try:
+    x = np.load(path, allow_pickle=False)
+  except (ValueError, OSError, EOFError) as e:
+    raise ModelError(f"{path}: not a readable .npy array ({e})") from None
+  if not isinstance(x, np.ndarray) or x.ndim != 2 or not np.issubdtype(x.dtype, np.floating):
+    raise ModelError(f"{path}: expected a float array [Q, {dim}], got "
+                     f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
+  if x.shape[1] != dim:
+    raise ModelError(f"{path}: query embeddings have dimension {x.shape[1]}, the model's "
+                     f"projection expects d_r = {dim}")
+  if x.shape[0] == 0:
+    raise ModelError(f"{path}: no query embeddings (0 rows)")
+  bad = np.flatnonzero(~np.all(np.isfinite(x), axis=1))
+  if bad.size:
+    raise ModelError(f"{path}: row {int(bad[0])} contains NaN or inf ({bad.size} bad rows)")
+  return x.astype(np.float32)
 
 
 # --------------------------------------------------------------------------- the maths
@@ -246,10 +421,7 @@ def predict(model: Model, queries: np.ndarray, *, k1: int | None = None,
   k1 = model.k1 if k1 is None else k1
   k_pool = model.k_pool if k_pool is None else k_pool
   max_size = model.max_set_size if max_size is None else max_size
-  if not (1 <= k1 < k_pool <= len(model.tool_ids) and 2 <= max_size <= min(
-      k_pool, model.max_set_size)):
-    raise ModelError(f"need 1 ≤ k1 < k_pool ≤ N and 2 ≤ M ≤ min(k_pool, {model.max_set_size}); "
-                     f"got k1={k1}, k_pool={k_pool}, M={max_size}, N={len(model.tool_ids)}")
+  check_sizes(model, k1, k_pool, max_size)
   queries = np.asarray(queries, np.float32)
   tools, logits = shortlist(model, queries, k1, k_pool, max_size)
   sets, scores, ranking = stage2(model, tools, logits, max_size)
@@ -264,30 +436,94 @@ def predict(model: Model, queries: np.ndarray, *, k1: int | None = None,
 
 # --------------------------------------------------------------------------- command line
 
+def check_output(out: str, force: bool, inputs: tuple[str, ...]) -> pathlib.Path:
+  """The output rules of hyset_jax.io_utils.output_file, restated here because this file
+  imports nothing of hyset_jax: not a directory, not an input, not existing without ``force``,
+  in an existing writable folder."""
+  path = pathlib.Path(out)
+  if path.is_dir():
+    raise ModelError(f"--out {path} is a directory; --out takes a file name")
+  for given in inputs:
+    source = pathlib.Path(given)
+    if source.exists() and (path.resolve() == source.resolve() or (
+        source.is_dir() and source.resolve() in path.resolve().parents and path.exists())):
+      raise ModelError(f"--out {path} is (inside) one of this command's inputs ({source}); "
+                       f"refusing to overwrite it (also with --force)")
+  if path.exists() and not force:
+    raise ModelError(f"--out {path} already exists; pass --force to overwrite it")
+  parent = path.parent
+  if not parent.is_dir():
+    raise ModelError(f"--out {path}: folder {parent} does not exist or is not a folder")
+  if not os.access(parent, os.W_OK | os.X_OK):
+    raise ModelError(f"--out {path}: folder {parent} is not writable")
+  return path
+
+
+def write_atomic(path: pathlib.Path, text: str) -> None:
+  """Write via a temporary file and a rename, with the umask's permissions (or the replaced
+  file's)."""
+  try:
+    mode = stat.S_IMODE(path.stat().st_mode)
+  except OSError:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    mode = 0o666 & ~mask
+  fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+  try:
+    os.fchmod(fd, mode)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+      f.write(text)
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(OSError):
+      os.unlink(tmp)
+    raise
+
+
+def _positive(text: str) -> int:
+  try:
+    value = int(text)
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+  if value < 1:
+    raise argparse.ArgumentTypeError(f"expected an integer ≥ 1, got {value}")
+  return value
+
+
 def main(argv: list[str] | None = None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--model", required=True, help="hyset/1 directory, npz export, or workdir")
-  p.add_argument("--query-embeddings", required=True, help="float [Q, d_r] .npy")
-  p.add_argument("--out", required=True, help="output JSONL ('-' for stdout)")
-  p.add_argument("--k1", type=int)
-  p.add_argument("--k-pool", type=int)
-  p.add_argument("--max-size", type=int)
+  p = argparse.ArgumentParser(prog="reference.py", description=__doc__.split("\n\n")[0])
+  p.add_argument("--model", required=True, metavar="DIR",
+                 help="hyset/1 directory, npz export (model.npz or its folder), or a hyset "
+                      "train workdir (its best/)")
+  p.add_argument("--query-embeddings", required=True, metavar="FILE.npy",
+                 help="float [Q, d_r] .npy; query_id = row index")
+  p.add_argument("--out", required=True, metavar="FILE.jsonl",
+                 help="output JSONL ('-' for stdout)")
+  p.add_argument("--k1", type=_positive, metavar="N", help="stage-1 size K1 (default: the model's)")
+  p.add_argument("--k-pool", type=_positive, metavar="N",
+                 help="shortlist size K_pool (default: the model's)")
+  p.add_argument("--max-size", type=_positive, metavar="N",
+                 help="largest set size M, at most the model's (default: the model's)")
+  p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
   args = p.parse_args(argv)
   try:
+    out = None if args.out == "-" else check_output(
+        args.out, args.force, (args.model, args.query_embeddings))
     model = load_model(args.model)
-    queries = np.load(args.query_embeddings, allow_pickle=False)
-    if queries.ndim != 2 or queries.shape[1] != model.projection.shape[0]:
-      raise ModelError(f"{args.query_embeddings}: expected [Q, {model.projection.shape[0]}], "
-                       f"got {queries.shape}")
+    queries = load_queries(args.query_embeddings, model.projection.shape[0])
     rows = predict(model, queries, k1=args.k1, k_pool=args.k_pool, max_size=args.max_size)
-  except (ModelError, OSError, ValueError) as e:
+    # allow_nan=False: NaN is not JSON; validated inputs never produce it, so this is a bug.
+    text = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in rows)
+    if out is None:
+      sys.stdout.write(text)
+    else:
+      write_atomic(out, text)
+  except ModelError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-  if args.out == "-":
-    sys.stdout.write(text)
-  else:
-    pathlib.Path(args.out).write_text(text, encoding="utf-8")
+  except OSError as e:
+    print(f"error: {e.filename or args.out}: {e.strerror or e}", file=sys.stderr)
+    return 2
   return 0
 
 
