@@ -13,6 +13,7 @@ import importlib.util
 import json
 import pathlib
 import typing
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from hyset_jax.errors import UserError
@@ -157,6 +158,8 @@ def load_preset(name: str) -> Config:
 
 
 def _parse_value(text: str, kind: Any, key: str) -> Any:
+  """``text`` parsed as ``kind`` (a field's type hint): bool accepts true/false/1/0 (any case),
+  tuples accept ``a,b,c`` (brackets optional), ``tuple[int, ...]`` any length."""
   origin = typing.get_origin(kind)
   if origin is Literal:
     choices = typing.get_args(kind)
@@ -164,11 +167,13 @@ def _parse_value(text: str, kind: Any, key: str) -> Any:
       raise UserError(f"--set {key}: {text!r} is not one of {', '.join(choices)}")
     return text
   if origin is tuple:
-    parts = [p for p in text.strip("()[] ").split(",") if p.strip()]
+    parts = [p.strip() for p in text.strip("()[] ").split(",") if p.strip()]
     args = typing.get_args(kind)
-    if len(parts) != len(args):
+    if len(args) == 2 and args[1] is Ellipsis:
+      args = (args[0],) * len(parts)
+    elif len(parts) != len(args):
       raise UserError(f"--set {key}: expected {len(args)} comma-separated values, got {text!r}")
-    return tuple(_parse_value(p.strip(), a, key) for a, p in zip(args, parts))
+    return tuple(_parse_value(p, a, key) for a, p in zip(args, parts))
   try:
     if kind is bool:
       if text.lower() not in ("true", "false", "1", "0"):
@@ -183,29 +188,41 @@ def _parse_value(text: str, kind: Any, key: str) -> Any:
   return text
 
 
-def apply_overrides(config: Config, overrides: list[str]) -> Config:
-  """Apply ``section.field=value`` strings; unknown keys and wrong types are UserErrors."""
+def _override(node: Any, parts: list[str], text: str, key: str) -> Any:
+  """``node`` (a dataclass, frozen or not) with the field at ``parts`` set from ``text``."""
+  fields = {f.name for f in dataclasses.fields(node)}
+  part = parts[0]
+  if part not in fields:
+    close = difflib.get_close_matches(part, fields, n=1)
+    prefix = key.split(".")[:key.count(".") - len(parts) + 1]
+    hint = f"; did you mean {'.'.join(prefix + [close[0]])!r}?" if close else ""
+    raise UserError(f"--set: unknown config key {key!r}{hint}")
+  hint = typing.get_type_hints(type(node))[part]
+  if len(parts) == 1:
+    if dataclasses.is_dataclass(hint):
+      raise UserError(f"--set: {key!r} is a section; set one of its fields")
+    value = _parse_value(text, hint, key)
+  else:
+    child = getattr(node, part)
+    if not dataclasses.is_dataclass(child):
+      raise UserError(f"--set: {key.rsplit('.', len(parts) - 1)[0]!r} is not a section")
+    value = _override(child, parts[1:], text, key)
+  return dataclasses.replace(node, **{part: value})
+
+
+def apply_overrides(config: Any, overrides: Sequence[str]) -> Any:
+  """``config`` (any config dataclass: hyset's ``Config``, toolscout's ``ExperimentConfig``) with
+  ``section.field=value`` strings applied. Returns a new object; unknown keys and wrong types are
+  UserErrors. The one override parser of the project.
+
+  >>> apply_overrides(Config(), ["train.batch_size=64", "model.train_tool_embeddings=0"]).train.batch_size
+  64
+  """
   for item in overrides:
-    if "=" not in item:
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
       raise UserError(f"--set expects key=value, got {item!r}")
-    key, text = item.split("=", 1)
-    node: Any = config
-    parts = key.strip().split(".")
-    for i, part in enumerate(parts):
-      fields = {f.name: f for f in dataclasses.fields(node)}
-      if part not in fields:
-        close = difflib.get_close_matches(part, fields, n=1)
-        hint = f"; did you mean {'.'.join(parts[:i] + [close[0]])!r}?" if close else ""
-        raise UserError(f"--set: unknown config key {key!r}{hint}")
-      if i == len(parts) - 1:
-        hints = typing.get_type_hints(type(node))
-        if dataclasses.is_dataclass(hints[part]):
-          raise UserError(f"--set: {key!r} is a section; set one of its fields")
-        setattr(node, part, _parse_value(text.strip(), hints[part], key))
-      else:
-        node = getattr(node, part)
-        if not dataclasses.is_dataclass(node):
-          raise UserError(f"--set: {'.'.join(parts[:i + 1])!r} is not a section")
+    config = _override(config, key.strip().split("."), text.strip(), key.strip())
   return config
 
 
