@@ -22,6 +22,11 @@ import numpy as np
 from hyset_jax import enumeration, scoring
 from hyset_jax.scoring import HysetParams
 
+# Ranking methods for Recall/NDCG/COMP@K (the delivered set is the exact argmax of Eq. 14 for
+# every one of them). "greedy" is the paper's greedy marginal gain.
+RANKINGS = ("greedy", "logit", "set-first")
+DEFAULT_RANKING = "greedy"
+
 
 class Shortlist(NamedTuple):
   """tools: int32[Q, K_pool] tool rows in shortlist order; logits: f32[Q, K_pool] their ℓ."""
@@ -44,7 +49,7 @@ def shortlist(params: HysetParams, query_emb: jax.Array, k1: int, k_pool: int,
     Shortlist of K_pool tools per query.
   """
   z = params.tool_embeddings
-  logits = scoring.tool_logits(query_emb, params.projection, z)          # [Q, N]
+  logits = scoring.query_logits(params, query_emb)                       # [Q, N]
   s0_logits, s0 = jax.lax.top_k(logits, k1)                              # [Q, K1]
   keyed = z[s0] @ params.interactions[max_size - 2]                      # [Q, K1, d]
   g = jnp.max(jnp.einsum("nd,qkd->qnk", z, keyed), axis=-1)              # [Q, N]

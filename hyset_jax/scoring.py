@@ -4,7 +4,12 @@ Notation (design.md §1): r = r(x) ∈ R^{d_r} the frozen query embedding, Z ∈
 embeddings (unit rows), P ∈ R^{d_r×d_z} the projection, M_2..M_M ∈ R^{d_z×d_z} the symmetric
 cardinality-specific interaction matrices, stored stacked as ``interactions[m - 2]``.
 
-- ℓ(x, t) = rᵀ P z_t                                  (matching score, Eq. 5)
+- ℓ(x, t) = q(r)ᵀ P z_t                               (matching score, Eq. 5)
+
+q is the query tower: a residual MLP q(r) = h_L with h_0 = r, h_{l+1} = h_l + relu(h_l W_l + b_l)
+U_l + c_l. Depth L = 0 (``tower=None``) is the paper's ℓ = rᵀ P z_t exactly; with U_l = 0 at
+initialisation a deeper tower starts there too. ReLU, not GELU: every stack we export to
+(NumPy, StableHLO, ONNX) computes it bit-for-bit the same way.
 - F_align(x, E) = Σ_k softmax_E(ℓ)_k ℓ_k              (Eq. 4-6)
 - F_set(E) = Σ_{a<b} z_aᵀ M_{|E|} z_b, 0 for |E| = 1  (Eq. 3)
 
@@ -19,25 +24,69 @@ import jax
 import jax.numpy as jnp
 
 
+class QueryTower(NamedTuple):
+  """The residual MLP q(r) in front of P, its L layers stacked.
+
+  Attributes:
+    w_in: f32[L, d_r, H].
+    b_in: f32[L, H].
+    w_out: f32[L, H, d_r].
+    b_out: f32[L, d_r].
+  """
+  w_in: jax.Array
+  b_in: jax.Array
+  w_out: jax.Array
+  b_out: jax.Array
+
+
 class HysetParams(NamedTuple):
-  """θ = (Z, {M_m}, P) as a pytree of arrays.
+  """θ = (Z, {M_m}, P, q) as a pytree of arrays.
 
   Attributes:
     tool_embeddings: Z, f32[N, d_z], unit rows.
     projection: P, f32[d_r, d_z].
     interactions: M_2..M_M stacked, f32[M - 1, d_z, d_z]; ``interactions[m - 2]`` is M_m.
+    tower: the query tower, or None for depth 0 (the paper's model).
   """
   tool_embeddings: jax.Array
   projection: jax.Array
   interactions: jax.Array
+  tower: QueryTower | None = None
 
   @property
   def max_set_size(self) -> int:
     return self.interactions.shape[0] + 1
 
 
+def query_tower(tower: QueryTower | None, query_emb: jax.Array) -> jax.Array:
+  """q(r): f32[B, d_r] -> f32[B, d_r]; the identity for ``tower=None`` (depth 0).
+
+  >>> import numpy as np
+  >>> t = QueryTower(np.ones((1, 2, 3)), np.zeros((1, 3)), np.ones((1, 3, 2)), np.zeros((1, 2)))
+  >>> query_tower(t, np.array([[1., -2.]])).tolist()  # relu(-1) = 0: the residual alone
+  [[1.0, -2.0]]
+  """
+  h = query_emb
+  if tower is None:
+    return h
+  for layer in range(tower.w_in.shape[0]):
+    h = h + jax.nn.relu(h @ tower.w_in[layer] + tower.b_in[layer]) @ tower.w_out[layer] \
+        + tower.b_out[layer]
+  return h
+
+
+def query_vectors(params: HysetParams, query_emb: jax.Array) -> jax.Array:
+  """q(r)ᵀ P, the query side of ℓ: f32[B, d_r] -> f32[B, d_z]."""
+  return query_tower(params.tower, query_emb) @ params.projection
+
+
+def query_logits(params: HysetParams, query_emb: jax.Array) -> jax.Array:
+  """ℓ(x, t) for every query and tool of the library: f32[B, d_r] -> f32[B, N]."""
+  return query_vectors(params, query_emb) @ params.tool_embeddings.T
+
+
 def tool_logits(query_emb: jax.Array, projection: jax.Array, tool_emb: jax.Array) -> jax.Array:
-  """ℓ(x, t) = r(x)ᵀ P z_t for every query and tool (Eq. 12).
+  """ℓ(x, t) = r(x)ᵀ P z_t for every query and tool (Eq. 12), for an already-towered r.
 
   Args:
     query_emb: f32[B, d_r].
@@ -133,7 +182,7 @@ def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
   size = jnp.sum(mask, axis=-1)                                      # [B, C]
   card = jnp.clip(size - 2, 0, k - 1)
   if method == "gram":
-    logits_all = (query_emb @ params.projection) @ z.T                 # [B, N]
+    logits_all = query_vectors(params, query_emb) @ z.T                # [B, N]
     logits = jnp.take_along_axis(logits_all, members.reshape(b, c * m), 1).reshape(b, c, m)
     gram = jnp.einsum("nd,kde,me->knm", z, params.interactions, z)     # [M-1, N, N]
     pair = gram[card[..., None, None], members[..., :, None], members[..., None, :]]
@@ -143,7 +192,7 @@ def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
   if method != "gather":
     raise ValueError(f"unknown set_scores method {method!r}")
   emb = z[members]                                                   # [B, C, m, d]
-  logits = jnp.einsum("bd,bcmd->bcm", query_emb @ params.projection, emb)
+  logits = jnp.einsum("bd,bcmd->bcm", query_vectors(params, query_emb), emb)
   keyed_all = jnp.einsum("nd,kde->kne", z, params.interactions)      # [M-1, N, d]
   keyed = keyed_all[card[..., None], members]                        # [B, C, m, d]
   return interaction_scores(emb, keyed, mask) + align_scores(logits, mask)
