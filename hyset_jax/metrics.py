@@ -1,4 +1,4 @@
-"""Retrieval metrics over rankings and gold tool sets (design.md §5).
+"""Retrieval metrics over rankings and gold tool sets (keys: docs/contracts.md, "Metrics").
 
 Every function takes ``rankings`` (one sequence of tool ids per query, best
 first) and ``gold_sets`` (one collection of tool ids per query, the annotated set
@@ -259,7 +259,7 @@ def set_exact(predicted_sets: Sequence[Collection[str]],
 def evaluate(rankings: Sequence[Sequence[str]],
              gold_sets: Sequence[Collection[str]],
              predicted_sets: Sequence[Collection[str]] | None = None) -> dict[str, float | int]:
-  """The ``hyset eval`` metrics: means over queries, keyed as in design.md §5.
+  """The ``hyset eval`` metrics: means over queries, keyed as in docs/contracts.md.
 
   Args:
     rankings: ``n`` rankings of tool ids, best first (at least 5 long to be fair).

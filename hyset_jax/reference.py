@@ -2,12 +2,12 @@
 
 It reproduces the two-stage path of :func:`hyset_jax.inference.predict` (paper Eq. 12-14;
 the contracts are in docs/contracts.md) from exported files alone, so other stacks can check
-their port against it, or simply use it. This file imports neither JAX nor ``hyset_jax`` nor ``safetensors``: copy it
-anywhere and run::
+their port against it, or simply use it. This file imports neither JAX nor ``hyset_jax`` nor
+``safetensors``: copy it anywhere and run::
 
     python reference.py --model DIR --query-embeddings queries.npy --out predictions.jsonl [--force]
 
-DIR is a ``hyset/1`` model directory (``params.safetensors`` is parsed here: an 8-byte
+DIR is a ``hyset/2`` or ``hyset/1`` model directory (``params.safetensors`` is parsed here: an 8-byte
 little-endian header length, a JSON header, raw little-endian tensors), an ``npz`` export
 (``model.npz`` or its directory) or a ``hyset train`` workdir (its ``best/``). The output has
 the lines ``hyset predict --query-embeddings`` writes: ``query_id`` (the row), ``set``,
@@ -22,14 +22,17 @@ with ``--force``, never one of its inputs, never into a missing folder. Errors p
 
 The rules, float32 throughout as in JAX:
 
-- Stage 1: ℓ = (r P) Zᵀ; S0 = the K1 largest ℓ, ties to the lower row.
+- Query tower (hyset/2, depth L ≥ 1): q(r) = h_L with h_0 = r and
+  h_{l+1} = h_l + relu(h_l W_l + b_l) U_l + c_l; without one q(r) = r.
+- Stage 1: ℓ = (q(r) P) Zᵀ; S0 = the K1 largest ℓ, ties to the lower row.
 - Expansion: g(t) = max_{i∈S0} z_tᵀ M_M z_i for t ∉ S0; the K_pool − K1 tools first by
   descending g, then descending ℓ, then ascending row; shortlist = S0 (by ℓ) then these (by g).
 - Stage 2: every subset of the shortlist of size 1..M, sizes ascending and colex order within a
   size; F = Σ_{a<b} G_m[a, b] + softmax-weighted mean of ℓ with G_m = Z_S M_m Z_Sᵀ; the first
   maximum in that order wins (so the smallest set on an exact tie). The set's tools are listed in
   ascending shortlist position.
-- Ranking: M greedy picks (A_k = A_{k−1} ∪ argmax_t F(A_{k−1} ∪ {t}), ties to the earlier
+- Ranking (what ``hyset predict`` returns today, whatever the manifest's ``ranking`` names):
+  M greedy picks (A_k = A_{k−1} ∪ argmax_t F(A_{k−1} ∪ {t}), ties to the earlier
   shortlist position), then the rest of the shortlist by descending ℓ (ties: earlier position).
 """
 from __future__ import annotations
@@ -48,7 +51,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-FORMAT = "hyset/1"
+FORMATS = ("hyset/1", "hyset/2")  # hyset/2 adds the query tower and the ranking field
+RANKINGS = ("greedy", "logit", "set-first")
+TOWER = ("w_in", "b_in", "w_out", "b_out")
 _SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
                        "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
 # The tolerances of hyset_jax.modeldir (copied: this file imports nothing of hyset_jax; a test
@@ -69,7 +74,10 @@ class Model(NamedTuple):
   max_set_size: int
   k1: int
   k_pool: int
-  query_encoder: str
+  query_encoder: str | None
+  tower: tuple[np.ndarray, ...] | None = None  # (w_in f32[L, d_r, H], b_in f32[L, H],
+                                               #  w_out f32[L, H, d_r], b_out f32[L, d_r])
+  ranking: str | None = None
 
 
 # --------------------------------------------------------------------------- reading
@@ -141,6 +149,30 @@ def _float_tensor(tensors: dict, name: str, where: str) -> np.ndarray:
   return a.astype(np.float32)
 
 
+def _validate_tower(tower: tuple[np.ndarray, ...], d_r: int, where: str) -> None:
+  w_in = tower[0]
+  depth, hidden = (w_in.shape[0], w_in.shape[2]) if w_in.ndim == 3 else (-1, -1)
+  want = {"w_in": (depth, d_r, hidden), "b_in": (depth, hidden), "w_out": (depth, hidden, d_r),
+          "b_out": (depth, d_r)}
+  for name, a in zip(TOWER, tower):
+    if depth < 1 or a.shape != want[name]:
+      raise ModelError(f"{where}: tensor 'tower_{name}' must be {list(want[name])} (L, d_r, H "
+                       f"from tower_w_in and projection), got shape {list(a.shape)}")
+    if not np.all(np.isfinite(a)):
+      raise ModelError(f"{where}: tensor 'tower_{name}' contains NaN or inf")
+
+
+def query_tower(model: Model, queries: np.ndarray) -> np.ndarray:
+  """q(r) = h_L, h_0 = r, h_{l+1} = h_l + relu(h_l W_l + b_l) U_l + c_l: f32[Q, d_r]."""
+  h = queries.astype(np.float32)
+  if model.tower is None:
+    return h
+  w_in, b_in, w_out, b_out = model.tower
+  for layer in range(w_in.shape[0]):
+    h = h + np.maximum(h @ w_in[layer] + b_in[layer], 0) @ w_out[layer] + b_out[layer]
+  return h
+
+
 def validate(model: Model, where: str) -> None:
   """The checks of ``hyset predict`` (hyset_jax.modeldir.validate); ModelError naming the fault."""
   z, p, inter = model.tool_embeddings, model.projection, model.interactions
@@ -154,6 +186,8 @@ def validate(model: Model, where: str) -> None:
     if inter[m - 2].shape != (d, d):
       raise ModelError(f"{where}: tensor 'interaction_{m}' must be [{d}, {d}], got shape "
                        f"{inter[m - 2].shape}")
+  if model.tower is not None:
+    _validate_tower(model.tower, p.shape[0], where)
   if len(model.tool_ids) != n:
     raise ModelError(f"{where}: manifest 'tool_ids' has {len(model.tool_ids)} ids but "
                      f"'tool_embeddings' has {n} rows")
@@ -217,7 +251,21 @@ def _model(tensors: dict, manifest: dict, where: str, tensors_where: str) -> Mod
   encoder = manifest.get("query_encoder")
   if encoder is not None and not isinstance(encoder, str):
     raise ModelError(f"{where}: field 'query_encoder' must be a string or null")
+  ranking = manifest.get("ranking") if manifest.get("format") == "hyset/2" else None
+  if ranking is not None and ranking not in RANKINGS:
+    raise ModelError(f"{where}: field 'ranking' is {ranking!r}; expected one of "
+                     f"{', '.join(RANKINGS)}")
   expected = ["tool_embeddings", "projection"] + [f"interaction_{k}" for k in range(2, m + 1)]
+  tower_names = [f"tower_{t}" for t in TOWER]
+  present = [t for t in tower_names if t in tensors]
+  if present and manifest.get("format") == "hyset/1":
+    raise ModelError(f"{tensors_where}: tensor {present[0]!r} is a query tower, which format "
+                     f"'hyset/1' does not have")
+  if present and len(present) != len(tower_names):
+    missing = [t for t in tower_names if t not in tensors]
+    raise ModelError(f"{tensors_where}: missing tensor {missing[0]!r} (a query tower needs all "
+                     f"of {', '.join(tower_names)})")
+  expected += present
   extra = sorted(k for k in tensors if k not in expected and k not in _NPZ_FIELDS)
   if extra:
     raise ModelError(f"{tensors_where}: unexpected tensor(s) {', '.join(map(repr, extra))} for "
@@ -229,13 +277,14 @@ def _model(tensors: dict, manifest: dict, where: str, tensors_where: str) -> Mod
     if a.ndim != 2 or a.shape != inter[0].shape:
       raise ModelError(f"{tensors_where}: tensor 'interaction_{k}' must be [d_z, d_z], got "
                        f"shape {a.shape}")
-  model = Model(z, p, np.stack(inter), tuple(tool_ids), m, k1, k_pool, encoder or "")
+  tower = tuple(_float_tensor(tensors, t, tensors_where) for t in present) or None
+  model = Model(z, p, np.stack(inter), tuple(tool_ids), m, k1, k_pool, encoder, tower, ranking)
   validate(model, tensors_where)
   return model
 
 
 # npz exports keep the manifest fields beside the tensors.
-_NPZ_FIELDS = ("format", "tool_ids", "max_set_size", "k1", "k_pool", "query_encoder")
+_NPZ_FIELDS = ("format", "tool_ids", "max_set_size", "k1", "k_pool", "query_encoder", "ranking")
 
 
 def _load_npz(path: pathlib.Path) -> Model:
@@ -249,8 +298,9 @@ def _load_npz(path: pathlib.Path) -> Model:
     if k in arrays:
       a = arrays[k]
       manifest[k] = a.tolist() if k == "tool_ids" else (a.item() if a.ndim == 0 else a.tolist())
-  if manifest.get("format") != FORMAT:
-    raise ModelError(f"{path}: field 'format' is {manifest.get('format')!r}, expected {FORMAT!r}")
+  if manifest.get("format") not in FORMATS:
+    raise ModelError(f"{path}: field 'format' is {manifest.get('format')!r}, expected one of "
+                     f"{', '.join(FORMATS)}")
   return _model(arrays, manifest, str(path), str(path))
 
 
@@ -279,9 +329,9 @@ def load_model(path: str | pathlib.Path) -> Model:
     raise ModelError(f"{mpath}: not valid JSON ({e})") from None
   if not isinstance(manifest, dict):
     raise ModelError(f"{mpath}: expected a JSON object")
-  if manifest.get("format") != FORMAT:
-    raise ModelError(f"{mpath}: field 'format' is {manifest.get('format')!r}, expected "
-                     f"{FORMAT!r}")
+  if manifest.get("format") not in FORMATS:
+    raise ModelError(f"{mpath}: field 'format' is {manifest.get('format')!r}, expected one of "
+                     f"{', '.join(FORMATS)}")
   ppath = path / "params.safetensors"
   return _model(read_safetensors(ppath), manifest, str(mpath), str(ppath))
 
@@ -336,7 +386,7 @@ def _order(*keys: np.ndarray) -> np.ndarray:
 def shortlist(model: Model, queries: np.ndarray, k1: int, k_pool: int, max_size: int):
   """Stage 1 and expansion: (tools int[Q, K_pool], their ℓ f32[Q, K_pool])."""
   z, p = model.tool_embeddings, model.projection
-  logits = (queries.astype(np.float32) @ p) @ z.T                      # [Q, N]
+  logits = (query_tower(model, queries) @ p) @ z.T                     # [Q, N]
   q, n = logits.shape
   rows = np.broadcast_to(np.arange(n), (q, n))
   s0 = _order(-logits, rows)[:, :k1]                                   # [Q, K1]

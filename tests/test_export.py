@@ -104,7 +104,7 @@ def test_hyset_and_npz_round_trip(trained):
     assert "interaction_5" not in z.files
     assert z["tool_ids"].tolist() == list(best.tool_ids)
     assert (z["format"].item(), z["max_set_size"].item(), z["k1"].item(), z["k_pool"].item(),
-            z["query_encoder"].item()) == ("hyset/1", 4, 5, 12, "synthetic")
+            z["query_encoder"].item()) == (modeldir.FORMAT, 4, 5, 12, "synthetic")
   # The reference reads both exports (and the workdir) to the same model.
   for src in (root / "h", root / "n", root / "n" / "model.npz", workdir):
     m = reference.load_model(src)
@@ -226,12 +226,22 @@ def test_refuses_to_overwrite_and_bad_workdirs(trained, tmp_path, capsys):
   for fmt in ("hyset", "npz", "projector", "stablehlo"):
     assert export("--workdir", workdir, "--out", target, "--format", fmt) == 2
     assert "exists and is not empty; pass --force" in capsys.readouterr().err
+  # --force replaces only an earlier export of the same format, never an unrelated folder.
+  for fmt in ("hyset", "npz", "projector", "stablehlo"):
+    assert export("--workdir", workdir, "--out", target, "--format", fmt, "--force") == 2
+    assert f"is not a {fmt} export" in capsys.readouterr().err
+  assert sorted(p.name for p in target.iterdir()) == ["keep.txt"]
   assert (target / "keep.txt").read_text() == "mine"
-  assert export("--workdir", workdir, "--out", target, "--format", "npz", "--force") == 0
-  assert sorted(p.name for p in target.iterdir()) == ["model.npz"]
+  again = tmp_path / "again"
+  assert export("--workdir", workdir, "--out", again, "--format", "npz") == 0
+  assert export("--workdir", workdir, "--out", again, "--format", "npz", "--force") == 0
+  assert sorted(p.name for p in again.iterdir()) == ["model.npz"]
+  assert export("--workdir", workdir, "--out", again, "--format", "hyset", "--force") == 2
+  assert "is not a hyset export (it has no manifest.json, params.safetensors)" in \
+      capsys.readouterr().err
   # Exporting over the source model is refused even with --force.
   assert export("--workdir", workdir, "--out", workdir, "--force") == 2
-  assert "would replace the model being exported" in capsys.readouterr().err
+  assert "is one of this command's inputs" in capsys.readouterr().err
 
   assert export("--workdir", tmp_path / "nowhere", "--out", tmp_path / "o1") == 2
   assert "does not exist" in capsys.readouterr().err

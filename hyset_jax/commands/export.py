@@ -63,9 +63,9 @@ def best_model_dir(workdir: str | pathlib.Path) -> pathlib.Path:
     raise UserError(f"{path} is inside the training workdir {outer} (an Orbax checkpoint, not a "
                     f"model directory); pass the workdir itself ({outer}), whose best/ model "
                     f"is used")
-  if not (path / "config.json").is_file():
-    raise UserError(f"{path} is neither a hyset/1 model directory (no manifest.json) nor a "
-                    f"hyset train workdir (no config.json, no best/)")
+  if not (path / "config.json").is_file() and not (path / "checkpoints").is_dir():
+    raise UserError(f"{path} is neither a model directory (no manifest.json) nor a hyset "
+                    f"train workdir (no config.json, checkpoints/ or best/)")
   steps = sorted(int(p.name) for p in (path / "checkpoints").glob("*") if p.name.isdigit())
   why = (f"it has checkpoints up to step {steps[-1]} but no evaluation has finished yet"
          if steps else "it has no checkpoints either")

@@ -4,7 +4,7 @@
 - :class:`BM25Retriever`: lexical BM25 (bm25s).
 - :class:`DenseRetriever`: frozen-encoder cosine.
 - :class:`FusionRetriever`: reciprocal-rank fusion of several retrievers.
-- :class:`HysetRetriever`: HYSET's two-stage set inference (design.md §3).
+- :class:`HysetRetriever`: HYSET's two-stage set inference (paper Eq. 12-14).
 """
 from hyset_jax.retrievers.base import Retrieval, Retriever, top_k_ids
 from hyset_jax.retrievers.bm25 import BM25Retriever

@@ -47,7 +47,7 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], k: int = RRF_K) ->
 
 
 class FusionRetriever:
-  """RRF over retrievers (design.md §4: the BM25 + dense fusion control).
+  """RRF over retrievers (the BM25 + dense fusion control of the ToolScout paper).
 
   Each base retriever ranks to ``pool_depth`` (at least ``depth``); the fused
   list is cut to ``depth``. A tool outside a retriever's pool gets 0 from it, as

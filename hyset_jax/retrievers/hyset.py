@@ -1,4 +1,4 @@
-"""HYSET behind the retriever interface: two-stage set inference (design.md §3)."""
+"""HYSET behind the retriever interface: two-stage set inference (paper Eq. 12-14)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
