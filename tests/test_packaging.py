@@ -1,0 +1,62 @@
+"""A wheel built from the checkout works on its own: installed into a temporary folder and run
+from another folder, it imports the installed copy (not the checkout), has its presets and its
+console scripts."""
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+# What a source distribution holds for the build (pyproject.toml's packages and readme).
+SOURCES = ("pyproject.toml", "README.md", "hyset_jax", "toolscout", "configs")
+
+
+def _run(cmd, cwd, env, timeout=300):
+  proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+  assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
+  return proc.stdout
+
+
+def test_wheel_installs_and_runs_from_elsewhere(tmp_path):
+  # Build from a copy, so the build's own files (build/, *.egg-info) never land in the checkout.
+  src = tmp_path / "src"
+  src.mkdir()
+  for name in SOURCES:
+    if (REPO / name).is_dir():
+      shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    else:
+      shutil.copy(REPO / name, src / name)
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+  _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+        "--wheel-dir", str(tmp_path / "wheel"), str(src)], tmp_path, env)
+  (wheel,) = (tmp_path / "wheel").glob("hyset_jax-*.whl")
+  site = tmp_path / "site"
+  _run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(site), str(wheel)],
+       tmp_path, env)
+
+  elsewhere = tmp_path / "elsewhere"
+  elsewhere.mkdir()
+  env["PYTHONPATH"] = str(site)
+  env["JAX_PLATFORMS"] = "cpu"
+  out = _run([sys.executable, "-c", textwrap.dedent("""
+      import hyset_jax, toolscout
+      from hyset_jax import config, reference
+      print(hyset_jax.__file__)
+      print(toolscout.__file__)
+      print(reference.__file__)
+      for name in ("tiny", "toollens", "bfcl"):
+        print(name, type(config.resolve(name)).__name__)
+      """)], elsewhere, env)
+  lines = out.splitlines()
+  for line in lines[:3]:
+    assert pathlib.Path(line).is_relative_to(site), (line, "imported the checkout, not the wheel")
+  assert lines[3:] == ["tiny Config", "toollens Config", "bfcl Config"], out
+  # The console scripts pip wrote into the target.
+  for script, needle in (("hyset", "predict"), ("toolscout", "route")):
+    text = _run([str(site / "bin" / script), "--help"], elsewhere, env)
+    assert needle in text
+  text = _run([sys.executable, "-m", "hyset_jax.reference", "--help"], elsewhere, env)
+  assert "--query-embeddings" in text
