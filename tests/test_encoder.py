@@ -247,6 +247,9 @@ def test_hyset_encode_end_to_end(encoder, reference, tmp_path, capsys):
   out = tmp_path / "out" / "x.npy"
   argv = ["encode", "--texts", str(src), "--out", str(out), "--cache-dir", str(tmp_path / "cache"),
           "--batch-size", "5"]
+  assert cli.main(argv) == 2  # the output folder must exist
+  assert "folder" in capsys.readouterr().err and not out.parent.exists()
+  out.parent.mkdir()
   assert cli.main(argv) == 0
   vectors = np.load(out)
   assert vectors.dtype == np.float32 and vectors.shape == (len(texts), 384)
@@ -258,6 +261,28 @@ def test_hyset_encode_end_to_end(encoder, reference, tmp_path, capsys):
   np.testing.assert_allclose(np.load(out), vectors, atol=2e-6)
 
 
+def test_hyset_encode_embeds_beir_rows_as_the_reader_does(encoder, tmp_path):
+  """A corpus row with a title and an empty text is embedded by its title (as beir: reads it),
+  not as the empty string; title + text rows get the reader's text too."""
+  from hyset_jax.data.beir import load_beir
+  rows = [{"_id": "a", "title": "get the weather", "text": ""},
+          {"_id": "b", "title": "", "text": "get the weather"},
+          {"_id": "c", "title": "weather", "text": "forecast for a city"},
+          {"_id": "d", "title": "stocks", "text": ""}]
+  root = tmp_path / "beir"
+  (root / "qrels").mkdir(parents=True)
+  write_jsonl(root / "corpus.jsonl", rows)
+  write_jsonl(root / "queries.jsonl", [{"_id": "q", "text": "weather?"}])
+  (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq\ta\t1\n")
+  assert read_texts(root / "corpus.jsonl") == list(load_beir(str(root)).tools.texts)
+  out = tmp_path / "x.npy"
+  assert cli.main(["encode", "--texts", str(root / "corpus.jsonl"), "--out", str(out),
+                   "--no-cache"]) == 0
+  x = np.load(out)
+  assert cosine(x[:1], x[1:2]).min() >= 0.9999       # title alone == the same words as text
+  assert cosine(x[:1], x[3:4]).max() < 0.9           # distinct titles, distinct vectors
+
+
 @pytest.mark.parametrize("content, message", [
     (b'{"text": "ok"}\n{"text": "a",\n', r":2: malformed JSON"),
     (b'{"text": "ok"}\n\n{"title": "no text"}\n', r':3: missing field "text" \(fields present: title\)'),
@@ -265,6 +290,7 @@ def test_hyset_encode_end_to_end(encoder, reference, tmp_path, capsys):
     (b'["text"]\n', r":1: expected a JSON object"),
     (b'{"text": 3}\n', r':1: field "text" must be a string'),
     (b"\n\n", r"no texts"),
+    (b'{"title": 3, "text": "x"}\n', r':1: field "title" must be a string'),
 ])
 def test_bad_texts_file(tmp_path, content, message):
   path = tmp_path / "bad.jsonl"

@@ -6,7 +6,7 @@
 Each line of FILE.jsonl is a JSON object with a ``text`` string (blank lines are skipped).
 A BEIR corpus row's ``title`` string, when present, is put in front of its ``text`` as the
 ``beir:`` reader does (so a tool with a title and an empty text is embedded by its title);
-other fields are ignored, and a line whose text is empty is refused. X.npy gets float32 [n, d], row i the vector of
+other fields are ignored. X.npy gets float32 [n, d], row i the vector of
 the i-th text. Vectors come from the on-disk cache when this model has seen the
 text before (see :mod:`hyset_jax.encoder.cache`).
 """
@@ -94,10 +94,7 @@ def read_texts(path: str | os.PathLike) -> list[str]:
       raise UserError(f"{path}:{lineno}: field \"title\" must be a string, "
                       f"got {type(obj['title']).__name__}")
     # Texts without a title are embedded exactly as given (as hyset predict --queries does).
-    text = document_text(obj["title"], obj["text"]) if obj.get("title") else obj["text"]
-    if not text.strip():
-      raise UserError(f"{path}:{lineno}: empty text (and no title); nothing to embed")
-    texts.append(text)
+    texts.append(document_text(obj["title"], obj["text"]) if obj.get("title") else obj["text"])
   if not texts:
     raise UserError(f"{path}: no texts; expected {_EXPECTED}")
   return texts
