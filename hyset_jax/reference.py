@@ -7,16 +7,16 @@ their port against it, or simply use it. This file imports neither JAX nor ``hys
 
     python reference.py --model DIR --query-embeddings queries.npy --out predictions.jsonl [--force]
 
-DIR is a ``hyset/2`` or ``hyset/1`` model directory (``params.safetensors`` is parsed here: an 8-byte
-little-endian header length, a JSON header, raw little-endian tensors), an ``npz`` export
+DIR is a ``hyset/2`` or ``hyset/1`` model directory (``params.safetensors`` is parsed here: an
+8-byte little-endian header length, a JSON header, raw little-endian tensors), an ``npz`` export
 (``model.npz`` or its directory) or a ``hyset train`` workdir (its ``best/``). The output has
 the lines ``hyset predict --query-embeddings`` writes: ``query_id`` (the row), ``set``,
 ``set_score``, ``ranking``, ``shortlist``.
 
-It checks what ``hyset predict`` checks (shapes, ``len(tool_ids) = N`` and distinct ids, finite
-values, symmetric interaction matrices, unit rows of Z, manifest field types, the sizes
-1 ≤ K1 < K_pool ≤ N and 2 ≤ M ≤ K_pool, finite query embeddings of the right width) with the same
-tolerances, and the output rules of the ``hyset`` commands: an existing ``--out`` is replaced only
+It checks what ``hyset predict`` checks (shapes, ``len(tool_ids) = N`` and distinct ids,
+finite values, symmetric interaction matrices, unit rows of Z, manifest field types, the sizes
+1 ≤ K1 < K_pool ≤ N and 2 ≤ M ≤ K_pool, finite query embeddings of the right width) with the
+same tolerances, and the output rules of the ``hyset`` commands: an existing ``--out`` is replaced only
 with ``--force``, never one of its inputs, never into a missing folder. Errors print
 ``error: …`` and exit 2.
 

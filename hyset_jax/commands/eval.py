@@ -7,7 +7,7 @@ Writes the metrics of docs/contracts.md (``hyset_jax.metrics.evaluate``) as JSON
 and prints a one-line summary. ``--method hyset`` without ``--model`` scores the
 untrained HYSET built from the encoder's tool embeddings (P = I, M = 0), which
 ranks exactly like ``dense``: the baseline any training must beat. ``--model``
-takes a hyset/1 model directory or a ``hyset train`` workdir (its best/ model).
+takes a model directory or a ``hyset train`` workdir (its best/ model).
 ``--split validation`` on a data set without one scores the validation split
 training carves out of train (same query-id hash, ``--validation-fraction``).
 """
@@ -44,7 +44,7 @@ def add_parser(subparsers: Any) -> None:
                       "workdir's config.json, else 0.1)")
   p.add_argument("--method", required=True, choices=METHODS, help="retrieval method to score")
   p.add_argument("--model", metavar="DIR",
-                 help="--method hyset: a hyset/1 model directory or a hyset train workdir "
+                 help="--method hyset: a model directory or a hyset train workdir "
                       "(its best/); default: untrained HYSET")
   p.add_argument("--encoder", metavar="DIR",
                  help="frozen encoder checkpoint directory (default: all-MiniLM-L6-v2; "
@@ -84,7 +84,7 @@ def _load_encoder(path: str | None) -> Any:
 
 
 def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary) -> Any:
-  """A HysetRetriever from a ``hyset/1`` directory or a training workdir's best/, checked
+  """A HysetRetriever from a model directory or a training workdir's best/, checked
   against the data's library."""
   from hyset_jax.commands.export import best_model_dir
   from hyset_jax.modeldir import load_model_dir

@@ -2,7 +2,7 @@
 
 Formats (see :mod:`hyset_jax.export` and docs/export.md):
 
-  hyset       the hyset/1 model directory (params.safetensors + manifest.json)
+  hyset       the model directory (hyset/2) (params.safetensors + manifest.json)
   npz         model.npz: the same arrays, tool_ids and the manifest fields
   projector   TensorBoard Embedding Projector TSVs of the tool embeddings
   stablehlo   jax.export artifacts of stage 1, stage 2 and both, with signature.json
@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p = sub.add_parser("export", help="export a trained model", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--workdir", required=True, metavar="DIR",
-                 help="a hyset train workdir (its best/ model) or a hyset/1 model directory")
+                 help="a hyset train workdir (its best/ model) or a model directory")
   p.add_argument("--out", required=True, metavar="DIR", help="output directory")
   p.add_argument("--format", choices=FORMATS, default="hyset",
                  help="what to write (default hyset; see above)")
@@ -49,11 +49,11 @@ def enclosing_workdir(path: pathlib.Path) -> pathlib.Path | None:
 
 
 def best_model_dir(workdir: str | pathlib.Path) -> pathlib.Path:
-  """The hyset/1 directory of a workdir's best model, or the path itself if it is one."""
+  """The model directory of a workdir's best model, or the path itself if it is one."""
   path = pathlib.Path(workdir)
   if not path.is_dir():
     raise UserError(f"{path} does not exist or is not a directory; expected a hyset train "
-                    f"workdir or a hyset/1 model directory")
+                    f"workdir or a model directory")
   if (path / "manifest.json").is_file():
     return path
   if (path / "best" / "manifest.json").is_file():

@@ -1,8 +1,8 @@
 """``hyset predict``: best tool set, greedy ranking and shortlist for each query.
 
 Output: one JSON object a line, in input order, with ``query_id``, ``set`` (tool ids),
-``set_score``, ``ranking`` (tool ids) and ``shortlist`` (tool ids, shortlist order); the contract is in
-docs/contracts.md.
+``set_score``, ``ranking`` (tool ids) and ``shortlist`` (tool ids, shortlist order); the
+contract is in docs/contracts.md.
 """
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ METHODS = ("gather", "colex", "matmul", "matmul_bf16")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-  p = sub.add_parser("predict", help="predict tool sets with a hyset/1 model directory",
+  p = sub.add_parser("predict", help="predict tool sets with a model directory",
                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--model", required=True, metavar="DIR",
-                 help="hyset/1 model directory or hyset train workdir (its best/ model)")
+                 help="model directory (hyset/2 or hyset/1) or hyset train workdir (its "
+                      "best/ model)")
   src = p.add_mutually_exclusive_group(required=True)
   src.add_argument("--queries", metavar="FILE.jsonl",
                    help="queries as JSONL in BEIR format ({_id, text})")
