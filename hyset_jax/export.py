@@ -46,14 +46,12 @@ DEFAULT_PLATFORMS = ("cpu", "cuda", "tpu")
 
 def write_npz(out: str | os.PathLike, model: modeldir.ModelDir, *,
               force: bool = False) -> pathlib.Path:
-  """``out/model.npz``: the hyset/1 arrays, ``tool_ids`` and the manifest fields."""
-  z, p, ms = (np.asarray(a, np.float32) for a in model.params)
-  arrays = {"tool_embeddings": z, "projection": p}
-  arrays.update({f"interaction_{m}": ms[m - 2] for m in range(2, model.max_set_size + 1)})
+  """``out/model.npz``: the model directory's tensors, ``tool_ids`` and the manifest fields
+  (``query_encoder`` left out when the model names none)."""
+  arrays = modeldir.tensors(model.params, model.max_set_size)
   arrays["tool_ids"] = np.asarray(model.tool_ids, dtype=str)
-  arrays.update(format=np.asarray(modeldir.FORMAT), max_set_size=np.asarray(model.max_set_size),
-                k1=np.asarray(model.k1), k_pool=np.asarray(model.k_pool),
-                query_encoder=np.asarray(model.query_encoder))
+  arrays.update({k: np.asarray(v) for k, v in model.manifest().items()
+                 if k != "tool_ids" and v is not None})
   with atomic_dir(out, force) as tmp:
     np.savez(tmp / NPZ_FILE, **arrays)
   return pathlib.Path(out)

@@ -242,6 +242,20 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
   return model
 
 
+def tensors(params: HysetParams, max_set_size: int) -> dict[str, np.ndarray]:
+  """θ as the named f32 tensors of params.safetensors (also the arrays of the npz export)."""
+  out = {"tool_embeddings": np.ascontiguousarray(params.tool_embeddings, np.float32),
+         "projection": np.ascontiguousarray(params.projection, np.float32)}
+  out.update({f"interaction_{m}": np.ascontiguousarray(params.interactions[m - 2], np.float32)
+              for m in range(2, max_set_size + 1)})
+  for group in GROUPS:
+    values = getattr(params, group)
+    if values is not None:
+      out.update({f"{group}_{k}": np.ascontiguousarray(v, np.float32)
+                  for k, v in values._asdict().items()})
+  return out
+
+
 def save_model_dir(path: str | os.PathLike, model: ModelDir, *, force: bool = False) -> pathlib.Path:
   """Write ``model`` as a ``hyset/2`` directory.
 
@@ -254,17 +268,7 @@ def save_model_dir(path: str | os.PathLike, model: ModelDir, *, force: bool = Fa
   path = pathlib.Path(path)
   validate(model, path)
   with atomic_dir(path, force) as tmp:
-    z, p, ms = model.params[:3]
-    tensors = {"tool_embeddings": np.asarray(z, np.float32),
-               "projection": np.asarray(p, np.float32)}
-    for group in GROUPS:
-      values = getattr(model.params, group)
-      if values is not None:
-        tensors.update({f"{group}_{k}": np.ascontiguousarray(v, np.float32)
-                        for k, v in values._asdict().items()})
-    tensors.update({f"interaction_{m}": np.ascontiguousarray(ms[m - 2], np.float32)
-                    for m in range(2, model.max_set_size + 1)})
-    save_file(tensors, str(tmp / PARAMS_FILE))
+    save_file(tensors(model.params, model.max_set_size), str(tmp / PARAMS_FILE))
     (tmp / MANIFEST_FILE).write_text(json.dumps(model.manifest(), indent=1) + "\n",
                                      encoding="utf-8")
   return path

@@ -104,7 +104,7 @@ def test_hyset_and_npz_round_trip(trained):
     assert "interaction_5" not in z.files
     assert z["tool_ids"].tolist() == list(best.tool_ids)
     assert (z["format"].item(), z["max_set_size"].item(), z["k1"].item(), z["k_pool"].item(),
-            z["query_encoder"].item()) == ("hyset/1", 4, 5, 12, "synthetic")
+            z["query_encoder"].item()) == ("hyset/2", 4, 5, 12, "synthetic")
   # The reference reads both exports (and the workdir) to the same model.
   for src in (root / "h", root / "n", root / "n" / "model.npz", workdir):
     m = reference.load_model(src)
