@@ -35,7 +35,8 @@ from hyset_jax.io_utils import atomic_dir
 FORMATS = ("hyset", "npz", "projector", "stablehlo")
 NPZ_FILE = "model.npz"
 SIGNATURE_FILE = "signature.json"
-STABLEHLO_FORMAT = "hyset-stablehlo/1"
+# /2: stage2 also takes query_embeddings (the query tower and the query-conditioned set term).
+STABLEHLO_FORMAT = "hyset-stablehlo/2"
 DEFAULT_PLATFORMS = ("cpu", "cuda", "tpu")
 # The files that make a directory an earlier export of each format: ``--force`` replaces only
 # such a directory (io_utils.output_dir), never an unrelated one.
@@ -50,19 +51,11 @@ MARKERS = {"hyset": (modeldir.MANIFEST_FILE, modeldir.PARAMS_FILE), "npz": (NPZ_
 
 def write_npz(out: str | os.PathLike, model: modeldir.ModelDir, *,
               force: bool = False) -> pathlib.Path:
-  """``out/model.npz``: the model directory's arrays (query tower included), ``tool_ids`` and
-  the manifest fields (``query_encoder`` left out when the model names none)."""
-  params = model.params
-  arrays = {"tool_embeddings": np.asarray(params.tool_embeddings, np.float32),
-            "projection": np.asarray(params.projection, np.float32)}
-  arrays.update({f"interaction_{m}": np.asarray(params.interactions[m - 2], np.float32)
-                 for m in range(2, model.max_set_size + 1)})
-  tower = params.tower
-  if tower is not None:
-    arrays.update({f"tower_{k}": np.asarray(v, np.float32) for k, v in tower._asdict().items()})
-  manifest = model.manifest()
+  """``out/model.npz``: the model directory's tensors, ``tool_ids`` and the manifest fields
+  (``query_encoder`` left out when the model names none)."""
+  arrays = modeldir.tensors(model.params, model.max_set_size)
   arrays["tool_ids"] = np.asarray(model.tool_ids, dtype=str)
-  arrays.update({k: np.asarray(v) for k, v in manifest.items()
+  arrays.update({k: np.asarray(v) for k, v in model.manifest().items()
                  if k != "tool_ids" and v is not None})
   with atomic_dir(out, force, marker=MARKERS["npz"], what="npz export") as tmp:
     np.savez(tmp / NPZ_FILE, **arrays)
@@ -171,14 +164,14 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
   import jax.numpy as jnp
   from hyset_jax import inference
   # jnp arrays (not NumPy): indexing them with traced shortlists must stay in the graph.
-  params = jax.tree.map(jnp.asarray, model.params._replace(
-      interactions=model.params.interactions[:max_size - 1]))
+  params = jax.tree.map(jnp.asarray, inference.truncate(model.params, max_size))
 
   def stage1(query_embeddings):
     return tuple(inference.shortlist(params, query_embeddings, k1, k_pool, max_size))
 
-  def stage2_fn(shortlist, shortlist_logits):
-    return inference.rerank(params, inference.Shortlist(shortlist, shortlist_logits),
+  def stage2_fn(query_embeddings, shortlist, shortlist_logits):
+    return inference.rerank(params, query_embeddings,
+                            inference.Shortlist(shortlist, shortlist_logits),
                             k_pool=k_pool, max_size=max_size)
 
   def predict(query_embeddings):
@@ -187,7 +180,7 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
 
   return {
       "stage1": (stage1, ["query_embeddings"], ["shortlist", "shortlist_logits"]),
-      "stage2": (stage2_fn, ["shortlist", "shortlist_logits"],
+      "stage2": (stage2_fn, ["query_embeddings", "shortlist", "shortlist_logits"],
                  ["set_tools", "set_size", "set_score", "ranking"]),
       "predict": (predict, ["query_embeddings"],
                   ["shortlist", "set_tools", "set_size", "set_score", "ranking"]),

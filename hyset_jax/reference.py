@@ -28,7 +28,9 @@ The rules, float32 throughout as in JAX:
 - Expansion: g(t) = max_{i∈S0} z_tᵀ M_M z_i for t ∉ S0; the K_pool − K1 tools first by
   descending g, then descending ℓ, then ascending row; shortlist = S0 (by ℓ) then these (by g).
 - Stage 2: every subset of the shortlist of size 1..M, sizes ascending and colex order within a
-  size; F = Σ_{a<b} G_m[a, b] + softmax-weighted mean of ℓ with G_m = Z_S M_m Z_Sᵀ; the first
+  size; F = Σ_{a<b} G_m[a, b] + softmax-weighted mean of ℓ with G_m = Z_S M_m Z_Sᵀ (plus, for a
+  hyset/2 model with ``conditioned_*`` tensors, the query-conditioned term of
+  :func:`conditioned_pairs`); the first
   maximum in that order wins (so the smallest set on an exact tie). The set's tools are listed in
   ascending shortlist position.
 - Ranking (what ``hyset predict`` returns today, whatever the manifest's ``ranking`` names):
@@ -53,7 +55,8 @@ import numpy as np
 
 FORMATS = ("hyset/1", "hyset/2")  # hyset/2 adds the query tower and the ranking field
 RANKINGS = ("greedy", "logit", "set-first")
-TOWER = ("w_in", "b_in", "w_out", "b_out")
+# hyset/2's optional tensor groups, stored as "<group>_<field>".
+GROUPS = {"tower": ("w_in", "b_in", "w_out", "b_out"), "conditioned": ("u", "w", "v", "b")}
 _SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
                        "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
 # The tolerances of hyset_jax.modeldir (copied: this file imports nothing of hyset_jax; a test
@@ -78,6 +81,8 @@ class Model(NamedTuple):
   tower: tuple[np.ndarray, ...] | None = None  # (w_in f32[L, d_r, H], b_in f32[L, H],
                                                #  w_out f32[L, H, d_r], b_out f32[L, d_r])
   ranking: str | None = None
+  conditioned: tuple[np.ndarray, ...] | None = None  # (u f32[M-1, d_z, R], w f32[M-1, d_r, R],
+                                                     #  v f32[M-1, d_r], b f32[M-1])
 
 
 # --------------------------------------------------------------------------- reading
@@ -154,12 +159,25 @@ def _validate_tower(tower: tuple[np.ndarray, ...], d_r: int, where: str) -> None
   depth, hidden = (w_in.shape[0], w_in.shape[2]) if w_in.ndim == 3 else (-1, -1)
   want = {"w_in": (depth, d_r, hidden), "b_in": (depth, hidden), "w_out": (depth, hidden, d_r),
           "b_out": (depth, d_r)}
-  for name, a in zip(TOWER, tower):
+  for name, a in zip(GROUPS["tower"], tower):
     if depth < 1 or a.shape != want[name]:
       raise ModelError(f"{where}: tensor 'tower_{name}' must be {list(want[name])} (L, d_r, H "
                        f"from tower_w_in and projection), got shape {list(a.shape)}")
     if not np.all(np.isfinite(a)):
       raise ModelError(f"{where}: tensor 'tower_{name}' contains NaN or inf")
+
+
+def _validate_conditioned(cond: tuple[np.ndarray, ...], d_r: int, d_z: int, max_size: int,
+                          where: str) -> None:
+  k = max_size - 1
+  rank = cond[0].shape[2] if cond[0].ndim == 3 else -1
+  want = {"u": (k, d_z, rank), "w": (k, d_r, rank), "v": (k, d_r), "b": (k,)}
+  for name, a in zip(GROUPS["conditioned"], cond):
+    if rank < 0 or a.shape != want[name]:
+      raise ModelError(f"{where}: tensor 'conditioned_{name}' must be {list(want[name])} "
+                       f"(M-1, d_z or d_r, R), got shape {list(a.shape)}")
+    if not np.all(np.isfinite(a)):
+      raise ModelError(f"{where}: tensor 'conditioned_{name}' contains NaN or inf")
 
 
 def query_tower(model: Model, queries: np.ndarray) -> np.ndarray:
@@ -188,6 +206,8 @@ def validate(model: Model, where: str) -> None:
                        f"{inter[m - 2].shape}")
   if model.tower is not None:
     _validate_tower(model.tower, p.shape[0], where)
+  if model.conditioned is not None:
+    _validate_conditioned(model.conditioned, p.shape[0], d, model.max_set_size, where)
   if len(model.tool_ids) != n:
     raise ModelError(f"{where}: manifest 'tool_ids' has {len(model.tool_ids)} ids but "
                      f"'tool_embeddings' has {n} rows")
@@ -256,16 +276,19 @@ def _model(tensors: dict, manifest: dict, where: str, tensors_where: str) -> Mod
     raise ModelError(f"{where}: field 'ranking' is {ranking!r}; expected one of "
                      f"{', '.join(RANKINGS)}")
   expected = ["tool_embeddings", "projection"] + [f"interaction_{k}" for k in range(2, m + 1)]
-  tower_names = [f"tower_{t}" for t in TOWER]
-  present = [t for t in tower_names if t in tensors]
-  if present and manifest.get("format") == "hyset/1":
-    raise ModelError(f"{tensors_where}: tensor {present[0]!r} is a query tower, which format "
-                     f"'hyset/1' does not have")
-  if present and len(present) != len(tower_names):
-    missing = [t for t in tower_names if t not in tensors]
-    raise ModelError(f"{tensors_where}: missing tensor {missing[0]!r} (a query tower needs all "
-                     f"of {', '.join(tower_names)})")
-  expected += present
+  groups = {}
+  for group, fields in GROUPS.items():
+    names = [f"{group}_{f}" for f in fields]
+    present = [t for t in names if t in tensors]
+    if present and manifest.get("format") == "hyset/1":
+      raise ModelError(f"{tensors_where}: tensor {present[0]!r} belongs to hyset/2 ({group}), "
+                       f"which format 'hyset/1' does not have")
+    if present and len(present) != len(names):
+      missing = [t for t in names if t not in tensors]
+      raise ModelError(f"{tensors_where}: missing tensor {missing[0]!r} ({group} needs all of "
+                       f"{', '.join(names)})")
+    groups[group] = present
+    expected += present
   extra = sorted(k for k in tensors if k not in expected and k not in _NPZ_FIELDS)
   if extra:
     raise ModelError(f"{tensors_where}: unexpected tensor(s) {', '.join(map(repr, extra))} for "
@@ -277,8 +300,10 @@ def _model(tensors: dict, manifest: dict, where: str, tensors_where: str) -> Mod
     if a.ndim != 2 or a.shape != inter[0].shape:
       raise ModelError(f"{tensors_where}: tensor 'interaction_{k}' must be [d_z, d_z], got "
                        f"shape {a.shape}")
-  tower = tuple(_float_tensor(tensors, t, tensors_where) for t in present) or None
-  model = Model(z, p, np.stack(inter), tuple(tool_ids), m, k1, k_pool, encoder, tower, ranking)
+  tower, cond = (tuple(_float_tensor(tensors, t, tensors_where) for t in groups[g]) or None
+                 for g in ("tower", "conditioned"))
+  model = Model(z, p, np.stack(inter), tuple(tool_ids), m, k1, k_pool, encoder, tower, ranking,
+                cond)
   validate(model, tensors_where)
   return model
 
@@ -441,12 +466,28 @@ def greedy_ranking(logits: np.ndarray, pairs: np.ndarray, steps: int) -> np.ndar
   return np.stack(picks, axis=1)
 
 
-def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int):
+def conditioned_pairs(model: Model, queries: np.ndarray, member_emb: np.ndarray,
+                      max_size: int) -> np.ndarray:
+  """The query-conditioned set term (hyset/2 ``conditioned_*``) as pair matrices added to G_m:
+  Σ_r c_{m,r} (z_a·u_{m,r})(z_b·u_{m,r}) + β_m / C(m, 2) with c_m = q W_m, β_m = q·v_m + b_m,
+  q = q(r). f32[Q, M − 1, K, K]."""
+  u, w, v, b = (a[:max_size - 1] for a in model.conditioned)
+  q = query_tower(model, queries)
+  c = np.einsum("qd,mdr->qmr", q, w)
+  beta = q @ v.T + b                                                    # [Q, M-1]
+  proj = np.einsum("qid,mdr->qmir", member_emb, u)
+  n_pairs = np.asarray([m * (m - 1) // 2 for m in range(2, max_size + 1)], np.float32)
+  return np.einsum("qmir,qmr,qmjr->qmij", proj, c, proj) + (beta / n_pairs)[..., None, None]
+
+
+def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
+           queries: np.ndarray | None = None):
   """Stage 2 and the ranking for given shortlists (from :func:`shortlist`, or from a vector
   index such as FAISS).
 
   Args:
     tools: int[Q, K] tool rows in shortlist order; logits: f32[Q, K] their ℓ.
+    queries: f32[Q, d_r], needed only by a model with the query-conditioned set term.
 
   Returns:
     (best sets as lists of tool rows in shortlist order, their scores f32[Q],
@@ -454,7 +495,12 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int):
   """
   k = tools.shape[1]
   logits = np.asarray(logits, np.float32)
-  pairs = pair_matrices(model.tool_embeddings[tools], model.interactions[:max_size - 1])
+  emb = model.tool_embeddings[tools]
+  pairs = pair_matrices(emb, model.interactions[:max_size - 1])
+  if model.conditioned is not None:
+    if queries is None:
+      raise ModelError("this model has a query-conditioned set term: stage2 needs the queries")
+    pairs = pairs + conditioned_pairs(model, np.asarray(queries, np.float32), emb, max_size)
   sets, scores = best_sets(logits, pairs, max_size)
   picks = greedy_ranking(logits, pairs, max_size)
   picked = np.zeros(tools.shape, bool)
@@ -474,7 +520,7 @@ def predict(model: Model, queries: np.ndarray, *, k1: int | None = None,
   check_sizes(model, k1, k_pool, max_size)
   queries = np.asarray(queries, np.float32)
   tools, logits = shortlist(model, queries, k1, k_pool, max_size)
-  sets, scores, ranking = stage2(model, tools, logits, max_size)
+  sets, scores, ranking = stage2(model, tools, logits, max_size, queries)
   ids = model.tool_ids
   query_ids = query_ids or [str(i) for i in range(len(queries))]
   return [{"query_id": qid,

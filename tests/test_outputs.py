@@ -308,3 +308,35 @@ def test_reference_refuses_bad_queries_and_writes_no_nan(tmp_path, capsys):
   assert len(rows) == 3 and all(np.isfinite(r["set_score"]) for r in rows)
   assert reference.main(args + ["--query-embeddings", str(tmp_path / "q.npy")]) == 2  # exists
   assert reference.main(args + ["--query-embeddings", str(tmp_path / "q.npy"), "--force"]) == 0
+
+
+def test_reference_matches_predict_with_tower_and_conditioned_term(tmp_path, capsys):
+  """hyset/2's query tower and query-conditioned set term, in NumPy, equal hyset predict."""
+  from hyset_jax.scoring import HysetParams, QueryInteraction, QueryTower
+  rng = np.random.default_rng(3)
+  n, d, m, rank, hidden, depth = 30, 6, 4, 2, 5, 2
+  z = rng.normal(size=(n, d)).astype(np.float32)
+  z /= np.linalg.norm(z, axis=1, keepdims=True)
+  a = rng.normal(size=(m - 1, d, d)).astype(np.float32)
+  f32 = lambda *shape: (0.5 * rng.normal(size=shape)).astype(np.float32)  # noqa: E731
+  params = HysetParams(
+      tool_embeddings=z, projection=f32(d, d), interactions=(a + a.transpose(0, 2, 1)) / 2,
+      tower=QueryTower(w_in=f32(depth, d, hidden), b_in=f32(depth, hidden),
+                       w_out=f32(depth, hidden, d), b_out=f32(depth, d)),
+      conditioned=QueryInteraction(u=f32(m - 1, d, rank), w=f32(m - 1, d, rank),
+                                   v=f32(m - 1, d), b=f32(m - 1)))
+  modeldir.save_model_dir(tmp_path / "model", modeldir.ModelDir(
+      params=params, tool_ids=tuple(f"t{i}" for i in range(n)), max_set_size=m, k1=5, k_pool=9,
+      query_encoder=None))
+  np.save(tmp_path / "q.npy", rng.normal(size=(16, d)).astype(np.float32))
+  common = ["--model", str(tmp_path / "model"), "--query-embeddings", str(tmp_path / "q.npy")]
+  for extra in ([], ["--max-size", "3"]):
+    want_path, got_path = tmp_path / f"p{len(extra)}.jsonl", tmp_path / f"r{len(extra)}.jsonl"
+    assert cli.main(["predict", *common, "--out", str(want_path), *extra]) == 0
+    assert reference.main([*common, "--out", str(got_path), *extra]) == 0
+    want = [json.loads(line) for line in want_path.read_text().splitlines()]
+    got = [json.loads(line) for line in got_path.read_text().splitlines()]
+    for g, w in zip(got, want, strict=True):
+      assert (g["shortlist"], g["set"], g["ranking"]) == (w["shortlist"], w["set"], w["ranking"])
+      assert abs(g["set_score"] - w["set_score"]) < 1e-4
+    assert len({len(w["set"]) for w in want}) >= 2  # the term matters: sets of several sizes
