@@ -215,7 +215,9 @@ def test_eval_rejects_bad_flags(tmp_path, capsys):
           str(tmp_path / "m.json")]
   assert cli.main(base + ["--method", "bm25", "--model", str(tmp_path)]) == 2
   assert "--model is only used with --method hyset" in capsys.readouterr().err
-  assert cli.main(base + ["--method", "bm25", "--limit", "0"]) == 2
+  with pytest.raises(SystemExit) as e:  # argparse: "--limit: expected an integer ≥ 1"
+    cli.main(base + ["--method", "bm25", "--limit", "0"])
+  assert e.value.code == 2 and "--limit" in capsys.readouterr().err
   assert cli.main(base[:-4] + ["--split", "nope", "--method", "bm25", "--out",
                                str(tmp_path / "m.json")]) == 2
   assert "no split 'nope'" in capsys.readouterr().err
