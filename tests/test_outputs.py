@@ -340,3 +340,9 @@ def test_reference_matches_predict_with_tower_and_conditioned_term(tmp_path, cap
       assert (g["shortlist"], g["set"], g["ranking"]) == (w["shortlist"], w["set"], w["ranking"])
       assert abs(g["set_score"] - w["set_score"]) < 1e-4
     assert len({len(w["set"]) for w in want}) >= 2  # the term matters: sets of several sizes
+
+
+def test_export_formats_agree():
+  from hyset_jax import export
+  from hyset_jax.commands import export as export_cmd
+  assert export_cmd.FORMATS == export.FORMATS == tuple(export.MARKERS)

@@ -2,7 +2,7 @@
 
 Formats (see :mod:`hyset_jax.export` and docs/export.md):
 
-  hyset       the model directory (hyset/2) (params.safetensors + manifest.json)
+  hyset       the model directory, format hyset/2 (params.safetensors + manifest.json)
   npz         model.npz: the same arrays, tool_ids and the manifest fields
   projector   TensorBoard Embedding Projector TSVs of the tool embeddings
   stablehlo   jax.export artifacts of stage 1, stage 2 and both, with signature.json
