@@ -11,9 +11,10 @@ from hyset_jax.errors import UserError
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
   p = sub.add_parser("train", help="train HYSET (resumes from --workdir)", description=__doc__)
-  p.add_argument("--config", required=True,
-                 help="preset name in configs/ (tiny, bfcl, toollens, toolbench) or a .py file")
-  p.add_argument("--data", help="data spec; shorthand for --set data.spec=SPEC")
+  from hyset_jax.config import presets  # light: no JAX
+  p.add_argument("--config", required=True, metavar="NAME|FILE.py",
+                 help=f"a preset ({', '.join(presets())}) or a .py file defining get_config()")
+  p.add_argument("--data", metavar="SPEC", help="data spec; shorthand for --set data.spec=SPEC")
   p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                  help="override a config field, e.g. --set train.batch_size=64 (repeatable)")
   p.add_argument("--workdir", required=True, metavar="DIR",
