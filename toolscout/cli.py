@@ -127,8 +127,6 @@ def _check_window(flag: str, size: int, n: int, path: str) -> None:
 
 
 def run_route(args: argparse.Namespace) -> int:
-  import numpy as np
-
   from hyset_jax import io_utils
   from toolscout import fingerprint as fpr
   from toolscout import outputs, router, routerdir
@@ -152,7 +150,7 @@ def run_route(args: argparse.Namespace) -> int:
     seen = fpr.window_sizes(len(texts), size)
   thresholds = {1: args.threshold} if args.threshold is not None else model.thresholds
   taus = router.thresholds_for_sizes(thresholds, seen)
-  routes = np.where(distances < taus, router.SPECIALIST, router.AGGREGATE)
+  routes = router.route(distances, taus)
   elapsed = time.perf_counter() - start
   with io_utils.atomic_write(out) as f:
     for query_id, d, r in zip(ids, distances, routes):

@@ -51,8 +51,9 @@ DEFAULT_WINDOWS = (1, 2, 5, 10, 20, 50, 100, 200)
 MIN_REFERENCE = 20
 
 
-def route(distances: np.ndarray, threshold: float) -> np.ndarray:
-  """``"specialist"`` where d < τ else ``"aggregate"``, ``str[n]``.
+def route(distances: np.ndarray, threshold: float | np.ndarray) -> np.ndarray:
+  """``"specialist"`` where d < τ else ``"aggregate"``, ``str[n]``; τ is one value or one per
+  decision (``float64[n]``, :func:`thresholds_for_sizes`).
 
   >>> route(np.array([0.1, 0.5, 0.9]), 0.5).tolist()
   ['specialist', 'aggregate', 'aggregate']

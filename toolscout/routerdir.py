@@ -100,21 +100,7 @@ def _read_json(path: pathlib.Path, what: str) -> Any:
                     f"`toolscout fit`?") from None
 
 
-def load_router(directory: str | pathlib.Path) -> Router:
-  """Reads a ``toolscout-router/1`` directory.
-
-  Raises:
-    UserError: missing or malformed files, or a directory of another format
-      (an older or newer toolscout), with what to do about it.
-  """
-  directory = pathlib.Path(directory)
-  if directory.exists() and not directory.is_dir():
-    raise UserError(f"--router {directory} is a file; expected a router directory written by "
-                    f"`toolscout fit --out DIR`")
-  if not directory.is_dir():
-    raise UserError(f"{directory}: no such router directory; create one with "
-                    f"`toolscout fit --reference FILE.jsonl --out {directory}`")
-  manifest = _read_json(directory / MANIFEST, "router manifest (manifest.json)")
+def _check_format(directory: pathlib.Path, manifest: Any) -> None:
   found = manifest.get("format") if isinstance(manifest, dict) else None
   if not isinstance(found, str) or not found.startswith(_KIND):
     # Another kind of directory (a hyset model has a manifest.json too): say so, and never
@@ -127,25 +113,58 @@ def load_router(directory: str | pathlib.Path) -> Router:
         f"{directory}: router format {found!r} is not supported; this toolscout reads "
         f"{FORMAT!r}. Refit the router with this version: `toolscout fit --reference "
         f"FILE.jsonl --out {directory} --force`")
-  vocabulary = _read_json(directory / VOCABULARY, "vocabulary (vocabulary.json)")
+
+
+def _read_arrays(directory: pathlib.Path) -> tuple[np.ndarray, np.ndarray]:
+  """idf and centroid, ``float64[V]`` each."""
   try:
     with np.load(directory / ARRAYS, allow_pickle=False) as arrays:
-      idf, centroid = arrays["idf"], arrays["centroid"]
+      return arrays["idf"], arrays["centroid"]
   except FileNotFoundError:
     raise UserError(f"{directory / ARRAYS}: missing; refit the router with `toolscout fit`") from None
   except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
     raise UserError(f"{directory / ARRAYS}: unreadable ({e}); refit the router with "
                     f"`toolscout fit`") from None
+
+
+def _thresholds(path: pathlib.Path, manifest: dict) -> dict[int, float]:
+  """τ per window size: sizes ≥ 1, τ finite in [0, 1] (TF-IDF distances lie there)."""
+  thresholds = {int(k): float(v) for k, v in manifest["thresholds"].items()}
+  if not thresholds:
+    raise UserError(f"{path}: no thresholds; refit the router")
+  bad = {k: v for k, v in thresholds.items() if k < 1 or not 0.0 <= v <= 1.0}
+  if bad:
+    raise UserError(f"{path}: thresholds {bad} are not window sizes >= 1 mapped to tau in "
+                    f"[0, 1]; refit the router with `toolscout fit`")
+  return thresholds
+
+
+def load_router(directory: str | pathlib.Path) -> Router:
+  """Reads a ``toolscout-router/1`` directory.
+
+  Raises:
+    UserError: missing or malformed files, a router of another version (an older or
+      newer toolscout), or a directory that is not a router, with what to do about it.
+  """
+  directory = pathlib.Path(directory)
+  if directory.exists() and not directory.is_dir():
+    raise UserError(f"--router {directory} is a file; expected a router directory written by "
+                    f"`toolscout fit --out DIR`")
+  if not directory.is_dir():
+    raise UserError(f"{directory}: no such router directory; create one with "
+                    f"`toolscout fit --reference FILE.jsonl --out {directory}`")
+  manifest = _read_json(directory / MANIFEST, "router manifest (manifest.json)")
+  _check_format(directory, manifest)
+  vocabulary = _read_json(directory / VOCABULARY, "vocabulary (vocabulary.json)")
+  idf, centroid = _read_arrays(directory)
   try:
-    thresholds = {int(k): float(v) for k, v in manifest["thresholds"].items()}
+    thresholds = _thresholds(directory / MANIFEST, manifest)
     n_reference = int(manifest["n_reference"])
     params = dict(manifest["tfidf"])
     source = str(manifest["threshold_source"])
   except (KeyError, TypeError, ValueError, AttributeError) as e:
     raise UserError(f"{directory / MANIFEST}: malformed manifest ({type(e).__name__}: {e}); "
                     f"refit the router with `toolscout fit`") from None
-  if not thresholds:
-    raise UserError(f"{directory / MANIFEST}: no thresholds; refit the router")
   n = len(vocabulary) if isinstance(vocabulary, list) else -1
   if n < 1 or idf.shape != (n,) or centroid.shape != (n,):
     raise UserError(f"{directory}: vocabulary ({n} terms), idf {idf.shape} and centroid "

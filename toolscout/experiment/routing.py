@@ -69,7 +69,9 @@ def default_modes(data: Prepared, fp: fpr.Fingerprint, batch_distance: Mapping[s
   modes = {BATCH_DEFAULT: np.array([route[s] for s in src])}
   for n in data.config.windows:
     d = routing_eval.stream_window_distances(fp, stream, n)
-    modes[Mode(Tau.DEFAULT, n)] = router.route(d, router.threshold_for_window(default, n))
+    # As `toolscout route`: the stream's first n - 1 windows are shorter and take their size's τ.
+    taus = router.thresholds_for_sizes(default, fpr.window_sizes(len(stream), n))
+    modes[Mode(Tau.DEFAULT, n)] = router.route(d, taus)
   return modes, default, {"tau": tau, "route": route}
 
 
