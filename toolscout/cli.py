@@ -169,11 +169,9 @@ def run_route(args: argparse.Namespace) -> int:
 def run_experiment(args: argparse.Namespace) -> int:
   from toolscout import config as cfg
   from toolscout import experiment
-  from toolscout.experiment import output
 
   config = cfg.apply_overrides(cfg.get_config(args.config), args.set)
-  out = output.check_out(args.out, args.force)
-  experiment.run_and_write(config, out, args.force)
+  experiment.run_and_write(config, args.out, args.force)  # checks --out before any work
   return 0
 
 
