@@ -35,7 +35,8 @@ from hyset_jax.io_utils import atomic_dir
 FORMATS = ("hyset", "npz", "projector", "stablehlo")
 NPZ_FILE = "model.npz"
 SIGNATURE_FILE = "signature.json"
-STABLEHLO_FORMAT = "hyset-stablehlo/1"
+# /2: stage2 also takes query_embeddings (the query tower and the query-conditioned set term).
+STABLEHLO_FORMAT = "hyset-stablehlo/2"
 DEFAULT_PLATFORMS = ("cpu", "cuda", "tpu")
 
 
@@ -160,14 +161,14 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
   import jax.numpy as jnp
   from hyset_jax import inference
   # jnp arrays (not NumPy): indexing them with traced shortlists must stay in the graph.
-  params = jax.tree.map(jnp.asarray, model.params._replace(
-      interactions=model.params.interactions[:max_size - 1]))
+  params = jax.tree.map(jnp.asarray, inference.truncate(model.params, max_size))
 
   def stage1(query_embeddings):
     return tuple(inference.shortlist(params, query_embeddings, k1, k_pool, max_size))
 
-  def stage2_fn(shortlist, shortlist_logits):
-    return inference.rerank(params, inference.Shortlist(shortlist, shortlist_logits),
+  def stage2_fn(query_embeddings, shortlist, shortlist_logits):
+    return inference.rerank(params, query_embeddings,
+                            inference.Shortlist(shortlist, shortlist_logits),
                             k_pool=k_pool, max_size=max_size)
 
   def predict(query_embeddings):
@@ -176,7 +177,7 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
 
   return {
       "stage1": (stage1, ["query_embeddings"], ["shortlist", "shortlist_logits"]),
-      "stage2": (stage2_fn, ["shortlist", "shortlist_logits"],
+      "stage2": (stage2_fn, ["query_embeddings", "shortlist", "shortlist_logits"],
                  ["set_tools", "set_size", "set_score", "ranking"]),
       "predict": (predict, ["query_embeddings"],
                   ["shortlist", "set_tools", "set_size", "set_score", "ranking"]),
