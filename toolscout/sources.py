@@ -94,8 +94,8 @@ def _resolve_beir(spec: str) -> str:
   scheme, _, path = spec.partition(":")
   if scheme == "beir" and path and not os.path.isdir(os.path.expanduser(path)):
     raise UserError(f"ToolLens folder {path!r} not found (spec {spec!r}); pass "
-                    f"--set toollens_spec=beir:PATH with the BEIR folder of ToolLens "
-                    f"(e.g. ../shared/data/toollens from the repository root)")
+                    f"--set toollens_spec=beir:PATH with the BEIR folder of ToolLens, or set "
+                    f"HYSET_DATA to the data root that holds toollens/")
   return spec
 
 
