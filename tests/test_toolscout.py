@@ -357,23 +357,34 @@ def test_every_command_refuses_bad_output_places(tmp_path, capsys):
   _write_queries(tmp_path / "ref.jsonl", _travel(40))
   assert cli.main(["fit", "--reference", str(tmp_path / "ref.jsonl"), "--out",
                    str(tmp_path / "router")]) == 0
+  # A reference kept inside an (older) router directory: refitting over it would delete it.
+  (tmp_path / "router" / "ref.jsonl").write_bytes((tmp_path / "ref.jsonl").read_bytes())
   (tmp_path / "file").write_text("a file")
   (tmp_path / "routes.jsonl").write_text("previous routes\n")
   under_file = str(tmp_path / "file" / "sub" / "out")
+  missing = str(tmp_path / "no_such_folder" / "out")
   route = ["route", "--router", str(tmp_path / "router"), "--queries", str(tmp_path / "ref.jsonl"),
            "--out"]
+  fit = ["fit", "--reference", str(tmp_path / "ref.jsonl"), "--out"]
   experiment = ["experiment", "--config", "tiny", "--out"]
   notes = tmp_path / "notes"
   notes.mkdir()
   (notes / "todo.txt").write_text("mine")
   keep = {p: _snapshot(p) for p in (tmp_path / "file", tmp_path / "routes.jsonl", notes,
-                                    tmp_path / "router")}
+                                    tmp_path / "router", tmp_path / "ref.jsonl")}
   cases = [
-      (["fit", "--reference", str(tmp_path / "ref.jsonl"), "--out", under_file], "cannot create"),
-      (route + [under_file + ".jsonl"], "cannot create"),
+      (fit + [under_file], "is a file, not a folder"),
+      (fit + [missing], "does not exist; create it first"),
+      (["fit", "--reference", str(tmp_path / "router" / "ref.jsonl"), "--out",
+        str(tmp_path / "router"), "--force"], "holds this command's input"),
+      (route + [under_file + ".jsonl"], "is a file, not a folder"),
+      (route + [missing + ".jsonl"], "does not exist; create it first"),
       (route + [str(tmp_path / "routes.jsonl")], "already exists"),
       (route + [str(notes), "--force"], "is a directory"),
-      (experiment + [under_file], "cannot create"),
+      (route + [str(tmp_path / "ref.jsonl"), "--force"], "is one of this command's inputs"),
+      (route + [str(tmp_path / "router" / "manifest.json"), "--force"], "inside this command's"),
+      (experiment + [under_file], "is a file, not a folder"),
+      (experiment + [missing], "does not exist; create it first"),
       (experiment + [str(tmp_path / "file"), "--force"], "is a file"),
       (experiment + [str(notes)], "pass --force"),
       (experiment + [str(notes), "--force"], "not a toolscout report directory"),
@@ -381,8 +392,10 @@ def test_every_command_refuses_bad_output_places(tmp_path, capsys):
   ]
   for args, message in cases:
     assert cli.main(args) == 2, args
-    assert message in _error(capsys), args
+    err = _error(capsys)
+    assert message in err and err.startswith(f"error: --out {args[args.index('--out') + 1]}"), err
   assert {p: _snapshot(p) for p in keep} == keep
+  assert not (tmp_path / "no_such_folder").exists()
   result = _run_script(*route, under_file + ".jsonl")  # as a user runs it: no traceback
-  assert result.returncode == 2 and result.stderr.startswith("error: cannot create")
+  assert result.returncode == 2 and result.stderr.startswith(f"error: --out {under_file}.jsonl")
   assert "Traceback" not in result.stderr

@@ -91,7 +91,7 @@ def run_fit(args: argparse.Namespace) -> int:
   from toolscout.queries import read_queries
 
   _check_threshold(args.threshold)
-  out = routerdir.check_out(args.out, args.force)
+  out = routerdir.check_out(args.out, args.force, inputs=[args.reference])
   ids, texts = read_queries(args.reference, "reference query file")
   if len(ids) < router.MIN_REFERENCE:
     raise UserError(
@@ -136,7 +136,7 @@ def run_route(args: argparse.Namespace) -> int:
   for flag, value in (("--window", args.window), ("--batch", args.batch)):
     if value is not None and value < 1:
       raise UserError(f"{flag} must be >= 1, got {value}")
-  out = outputs.check_file(args.out, args.force)
+  out = outputs.check_file(args.out, args.force, inputs=[args.queries, args.router])
   model = routerdir.load_router(args.router)
   ids, texts = read_queries(args.queries)
   flag, size = ("--batch", args.batch) if args.batch is not None else ("--window", args.window or 1)

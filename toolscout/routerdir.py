@@ -26,6 +26,7 @@ import dataclasses
 import json
 import pathlib
 import zipfile
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -57,10 +58,11 @@ def is_router_dir(path: pathlib.Path) -> bool:
   return outputs.format_of(path / MANIFEST).startswith(_KIND)
 
 
-def check_out(directory: str | pathlib.Path, force: bool) -> pathlib.Path:
+def check_out(directory: str | pathlib.Path, force: bool,
+              inputs: Sequence[str | pathlib.Path] = ()) -> pathlib.Path:
   """Fail before any work unless a router may be written to ``directory``
-  (:func:`toolscout.outputs.check_dir`)."""
-  return outputs.check_dir(directory, force, "toolscout router", is_router_dir)
+  (:func:`toolscout.outputs.check_dir`; ``inputs``: the files it is fitted from)."""
+  return outputs.check_dir(directory, force, "toolscout router", is_router_dir, inputs)
 
 
 def save_router(router: Router, directory: str | pathlib.Path, force: bool = False) -> None:

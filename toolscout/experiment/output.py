@@ -45,16 +45,23 @@ def is_report_dir(path: pathlib.Path) -> bool:
   return outputs.format_of(path / REPORT).startswith(FORMAT.split("/")[0] + "/")
 
 
-def check_out(out: str | pathlib.Path, force: bool) -> pathlib.Path:
-  """Fail before any work unless ``out`` may be written (see :func:`toolscout.outputs.check_dir`)."""
-  return outputs.check_dir(out, force, "toolscout report", is_report_dir)
+def data_paths(config: ExperimentConfig) -> list[str]:
+  """The data folders ``config`` reads (``beir:PATH``, ``bfcl:PATH``; the installed BFCL has none)."""
+  return [spec.partition(":")[2] for spec in (config.toollens_spec, config.bfcl_spec)
+          if ":" in spec]
+
+
+def check_out(out: str | pathlib.Path, force: bool, config: ExperimentConfig) -> pathlib.Path:
+  """Fail before any work unless ``out`` may be written (see :func:`toolscout.outputs.check_dir`):
+  never over another kind of directory, never over the data it reads."""
+  return outputs.check_dir(out, force, "toolscout report", is_report_dir, data_paths(config))
 
 
 def run_and_write(config: ExperimentConfig, out: str | pathlib.Path,
                   force: bool = False) -> dict[str, Any]:
   """Runs the experiment and writes the report directory ``out``."""
   from toolscout import report as rep
-  out = check_out(out, force)
+  out = check_out(out, force, config)
   result = jsonable(run(config))
   with io_utils.atomic_dir(out, force) as tmp:
     with io_utils.atomic_write(tmp / "config.json") as f:
