@@ -106,13 +106,6 @@ KNOWN_GAPS = {
                                      "created before the data is read",
     ("hyset train tiny", "garbage"): "train.py/workdir.py (lead): the workdir and its .lock are "
                                      "created before the data is read",
-    ("toolscout fit", "existing"): "toolscout/cli.py (toolscout): fit writes into a non-empty "
-                                   "unrelated --out folder (use io_utils.output_dir)",
-    ("toolscout route", "onto-input"): "toolscout/cli.py (toolscout): route --out FILE --force "
-                                       "overwrites its own --queries (use io_utils.output_file "
-                                       "with inputs=)",
-    ("toolscout experiment tiny", "existing"): "toolscout/cli.py (toolscout): experiment writes "
-                                               "into a non-empty unrelated --out folder",
 }
 
 

@@ -9,8 +9,8 @@ import sys
 import textwrap
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-# What a source distribution holds for the build (pyproject.toml's packages and readme).
-SOURCES = ("pyproject.toml", "README.md", "hyset_jax", "toolscout", "configs")
+# What a source distribution holds for the build: the build files, the readme, the packages.
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "hyset_jax", "toolscout", "configs")
 
 
 def _run(cmd, cwd, env, timeout=300):
@@ -24,6 +24,8 @@ def test_wheel_installs_and_runs_from_elsewhere(tmp_path):
   src = tmp_path / "src"
   src.mkdir()
   for name in SOURCES:
+    if not (REPO / name).exists():
+      continue
     if (REPO / name).is_dir():
       shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     else:
