@@ -62,3 +62,31 @@ def test_wheel_installs_and_runs_from_elsewhere(tmp_path):
     assert needle in text
   text = _run([sys.executable, "-m", "hyset_jax.reference", "--help"], elsewhere, env)
   assert "--query-embeddings" in text
+
+
+# Files that still cite the background notes outside the repository, and who fixes them. The list
+# only shrinks: a new citation fails, and so does an entry whose file no longer has one.
+CITES_OUTSIDE = {
+    "hyset_jax/enumeration.py": "speed", "hyset_jax/inference.py": "speed",
+    "benchmarks/README.md": "speed", "benchmarks/end_to_end.py": "speed",
+    "hyset_jax/negatives.py": "lead", "hyset_jax/scoring.py": "lead",
+    "launch/README.md": "lead",
+}
+
+
+def test_nothing_points_users_outside_the_repository():
+  files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True,
+                         check=True).stdout.split()
+  me = pathlib.Path(__file__).relative_to(REPO).as_posix()
+  citing = set()
+  for name in files:
+    path = REPO / name
+    if name == me or not path.is_file() or path.suffix not in (".py", ".md", ".toml", ".txt",
+                                                                 ".sh", ".yaml", ".sbatch"):
+      continue
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if "design.md" in text or "shared/docs" in text:
+      citing.add(name)
+  new, fixed = citing - set(CITES_OUTSIDE), set(CITES_OUTSIDE) - citing
+  assert not new, f"cite the repository's docs (docs/contracts.md) instead: {sorted(new)}"
+  assert not fixed, f"fixed: drop from CITES_OUTSIDE: {sorted(fixed)}"
