@@ -261,8 +261,8 @@ class PreparedModel(NamedTuple):
   Attributes:
     params: θ with M_2..M_M (M − 1 interaction matrices).
     logit_weights: f32[d_r, N] = (Z Pᵀ)ᵀ: stage 1 is query_side @ logit_weights.
-    keyed: f32[M − 1, N, d_z], Z M_m for m = 2..M: G_m of a shortlist is a gather and a K²·d
-      product.
+    keyed: f32[N, M − 1, d_z], row t holds z_tᵀ M_m for m = 2..M (tool-major, so a shortlist's
+      rows are one contiguous gather): G_m of a shortlist is a gather and a K²·d product.
     neighbors: the Eq. 13 neighbour table under M_M, or None (the expansion scans every tool).
   """
   params: HysetParams
@@ -272,13 +272,13 @@ class PreparedModel(NamedTuple):
 
   @property
   def max_size(self) -> int:
-    return int(self.keyed.shape[0]) + 1
+    return int(self.keyed.shape[1]) + 1
 
 
 @jax.jit
 def _products(params: HysetParams) -> tuple[jax.Array, jax.Array]:
   z = params.tool_embeddings
-  return (z @ params.projection.T).T, jnp.einsum("nd,mde->mne", z, params.interactions)
+  return (z @ params.projection.T).T, jnp.einsum("nd,mde->nme", z, params.interactions)
 
 
 def prepare(params: HysetParams, *, max_size: int, k_pool: int | None = None,
@@ -306,7 +306,7 @@ def prepare(params: HysetParams, *, max_size: int, k_pool: int | None = None,
     if k_pool is None:
       raise ValueError("prepare(neighbor_table=True) needs k_pool")
     width = neighbors.width_for(k_pool, int(params.tool_embeddings.shape[0]))
-    table = neighbors.load_or_build(keyed[max_size - 2], params.tool_embeddings,
+    table = neighbors.load_or_build(keyed[:, max_size - 2], params.tool_embeddings,
                                     params.interactions[max_size - 2], width, cache_dir,
                                     progress=progress)
     table = neighbors.NeighborTable(*jax.device_put(tuple(table)))
@@ -332,7 +332,7 @@ def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int,
   z = prep.params.tool_embeddings
 
   def scan():
-    return _expand_scan(z, prep.keyed[-1][s0], logits, s0, n_ext)
+    return _expand_scan(z, prep.keyed[s0, -1], logits, s0, n_ext)
 
   table = prep.neighbors
   if table is None or table.ids.shape[1] < k_pool - 1:
@@ -348,8 +348,10 @@ def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int,
 
 def pair_matrices_prepared(prep: PreparedModel, tools: jax.Array) -> jax.Array:
   """G_m of each shortlist, f32[Q, M−1, K, K], from the precomputed Z M_m (K²·d per size)."""
-  keyed = prep.keyed[:, tools]                                           # [M−1, Q, K, d]
-  return jnp.einsum("mqid,qjd->qmij", keyed, prep.params.tool_embeddings[tools])
+  q, k = tools.shape
+  keyed = prep.keyed[tools].reshape(q, -1, prep.keyed.shape[-1])          # [Q, K·(M−1), d]
+  g = jnp.einsum("qad,qjd->qaj", keyed, prep.params.tool_embeddings[tools])
+  return g.reshape(q, k, -1, k).transpose(0, 2, 1, 3)                    # [Q, M−1, K, K]
 
 
 @functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "ranking"))

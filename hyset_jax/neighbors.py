@@ -172,15 +172,23 @@ def expand(table: NeighborTable, logits: jax.Array, s0: jax.Array, n_ext: int) -
   cand = table.ids[s0].reshape(q, k1 * width)                            # [Q, K1·W]
   score = table.scores[s0].reshape(q, k1 * width)
   in_s0 = jnp.any(cand[:, :, None] == s0[:, None, :], axis=-1)
-  neg = jnp.where(in_s0, jnp.inf, -score)
-  # One entry per candidate, holding its largest score: sort by (row, −score), keep run heads.
-  cand, neg = jax.lax.sort((cand, neg), dimension=1, num_keys=2)
-  head = jnp.concatenate([jnp.ones((q, 1), bool), cand[:, 1:] != cand[:, :-1]], axis=1)
-  neg = jnp.where(head, neg, jnp.inf)
+  g = jnp.where(in_s0, -jnp.inf, score)
   ell = jnp.take_along_axis(logits, cand, axis=1)
-  neg, _, cand = jax.lax.sort((neg, -ell, cand), dimension=1, num_keys=3)
-  tau = -neg[:, n_ext - 1]
+  # n_ext selections of the best remaining candidate under (g desc, ℓ desc, row asc), each
+  # removing every entry of the picked tool: a candidate's first pick is at its largest score
+  # (its g), duplicates need no sort, and the picks come out in expansion order. Three
+  # reductions over K1·W entries per pick; XLA:CPU's comparator sorts were ~10x slower here.
+  big = jnp.iinfo(jnp.int32).max
+  picks = []
+  for _ in range(n_ext):
+    best_g = jnp.max(g, axis=1, keepdims=True)
+    at_g = g == best_g
+    best_l = jnp.max(jnp.where(at_g, ell, -jnp.inf), axis=1, keepdims=True)
+    pick = jnp.min(jnp.where(at_g & (ell == best_l), cand, big), axis=1)
+    picks.append(pick)
+    g = jnp.where(cand == pick[:, None], -jnp.inf, g)
+  tau = best_g[:, 0]
   complete = width >= logits.shape[1] - 1
   tie = (jnp.zeros((q,), bool) if complete
          else jnp.any(table.scores[s0][:, :, -1] >= tau[:, None], axis=1))
-  return Expansion(cand[:, :n_ext].astype(jnp.int32), tie)
+  return Expansion(jnp.stack(picks, axis=1).astype(jnp.int32), tie)
