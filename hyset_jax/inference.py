@@ -298,7 +298,7 @@ def prepare(params: HysetParams, *, max_size: int, k_pool: int | None = None,
   Returns:
     PreparedModel (device arrays).
   """
-  params = HysetParams(*jax.device_put(tuple(params)))
+  params = jax.device_put(params)
   params = params._replace(interactions=params.interactions[:max_size - 1])
   logit_weights, keyed = _products(params)
   table = None

@@ -18,7 +18,13 @@ def make_params(rng, n, d, max_size, scale=0.5, d_r=None):
   p = rng.normal(size=(d_r, d))
   ms = rng.normal(size=(max_size - 1, d, d)) * scale
   ms = (ms + ms.transpose(0, 2, 1)) / 2
-  return HysetParams(*(jnp.asarray(a, jnp.float32) for a in (z, p, ms)))
+  return as_params(z, p, ms)
+
+
+def as_params(z, p, ms):
+  return HysetParams(tool_embeddings=jnp.asarray(z, jnp.float32),
+                     projection=jnp.asarray(p, jnp.float32),
+                     interactions=jnp.asarray(ms, jnp.float32))
 
 
 def trained_like(rng, n, d, max_size):
@@ -30,7 +36,7 @@ def trained_like(rng, n, d, max_size):
   z /= np.linalg.norm(z, axis=1, keepdims=True)
   u = rng.normal(size=(max_size - 1, d, 2))
   ms = np.einsum("mdr,mer->mde", u, u) * 0.3
-  return HysetParams(*(jnp.asarray(a, jnp.float32) for a in (z, np.eye(d), ms)))
+  return as_params(z, np.eye(d), ms)
 
 
 def assert_same_prediction(a, b):
@@ -42,8 +48,8 @@ def assert_same_prediction(a, b):
 
 
 def expansion(params, r, k1, k_pool, max_size, table):
-  prep = inference.PreparedModel(*inference.prepare(params, max_size=max_size, k_pool=k_pool,
-                                                    neighbor_table=False)[:3], table)
+  prep = inference.prepare(params, max_size=max_size, k_pool=k_pool, neighbor_table=False)
+  prep = prep._replace(neighbors=table)
   return inference.shortlist_prepared(prep, r, k1, k_pool)
 
 
@@ -93,10 +99,10 @@ def test_a_tie_at_the_row_boundary_is_detected_and_scanned():
   m = np.zeros((1, d, d), np.float32)
   m[0, 0, 1] = m[0, 1, 0] = 1.0
   z[1:, :2] = [0.6, 0.8]
-  params = HysetParams(jnp.asarray(z), jnp.eye(d), jnp.asarray(m))
+  params = as_params(z, np.eye(d), m)
   r = jnp.asarray([[5.0, 0, 1.0, 0]], jnp.float32)   # tool 0 first by ℓ, then by axis 2
   full = inference.shortlist(params, r, 1, 4, 2)
-  table = neighbors.NeighborTable(*inference.prepare(params, max_size=2, k_pool=4).neighbors)
+  table = inference.prepare(params, max_size=2, k_pool=4).neighbors
   fast = expansion(params, r, 1, 4, 2, table)
   np.testing.assert_array_equal(np.asarray(fast.tools), np.asarray(full.tools))
   assert int(full.tools[0, 1]) == n - 1              # largest ℓ among the tied tools
@@ -163,7 +169,8 @@ def test_rankings_match_brute_force(ranking):
   r = rng.normal(size=(3, d))
   pred = inference.predict_batched(params, r.astype(np.float32), k1=k1, k_pool=k_pool,
                                    max_size=m, ranking=ranking)
-  z, p, ms = (np.asarray(a, np.float64) for a in params)
+  z, p, ms = (np.asarray(a, np.float64) for a in (params.tool_embeddings, params.projection,
+                                                   params.interactions))
   for q in range(3):
     shortlist, best, _, greedy = ref.two_stage(r[q], z, p, ms, k1, k_pool, m)
     ell = z @ (r[q] @ p)

@@ -31,8 +31,8 @@ def random_params(num_tools: int, dim: int, max_size: int, seed: int = 0):
   z = rng.standard_normal((num_tools, dim), dtype=np.float32)
   z /= np.linalg.norm(z, axis=1, keepdims=True)
   m = rng.normal(scale=0.1, size=(max_size - 1, dim, dim)).astype(np.float32)
-  return HysetParams(*jax.device_put((z, np.eye(dim, dtype=np.float32),
-                                      (m + m.transpose(0, 2, 1)) / 2)))
+  return jax.device_put(HysetParams(tool_embeddings=z, projection=np.eye(dim, dtype=np.float32),
+                                    interactions=(m + m.transpose(0, 2, 1)) / 2))
 
 
 def random_table(num_tools: int, width: int, seed: int = 0):
