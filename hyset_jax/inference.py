@@ -35,7 +35,10 @@ from hyset_jax import choices, enumeration, neighbors, scoring
 from hyset_jax.scoring import HysetParams
 
 Ranking = choices.Ranking
-# The ranking used when neither the caller nor the model directory names one.
+# Ranking methods for Recall/NDCG/COMP@K (the delivered set is the exact argmax of Eq. 14 for
+# every one of them); the names live in hyset_jax.choices. DEFAULT_RANKING is used when
+# neither the caller nor the model directory names one.
+RANKINGS = choices.RANKINGS
 DEFAULT_RANKING: Ranking = choices.DEFAULT_RANKING
 
 
@@ -60,7 +63,7 @@ def shortlist(params: HysetParams, query_emb: jax.Array, k1: int, k_pool: int,
     Shortlist of K_pool tools per query.
   """
   z = params.tool_embeddings
-  logits = scoring.tool_logits(query_emb, params.projection, z)          # [Q, N]
+  logits = scoring.query_logits(params, query_emb)                       # [Q, N]
   s0 = jax.lax.top_k(logits, k1)[1]                                      # [Q, K1]
   keyed = z[s0] @ params.interactions[max_size - 2]                      # [Q, K1, d]
   extra = _expand_scan(z, keyed, logits, s0, k_pool - k1)
@@ -202,13 +205,14 @@ def _stage2(sl: Shortlist, pairs: jax.Array, *, k_pool: int, max_size: int,
                   best.scores[:, 0], jnp.take_along_axis(sl.tools, order, axis=1).astype(jnp.int32))
 
 
-def rerank(params: HysetParams, sl: Shortlist, *, k_pool: int, max_size: int,
-           method: enumeration.Method = enumeration.DEFAULT_METHOD,
+def rerank(params: HysetParams, query_emb: jax.Array, sl: Shortlist, *, k_pool: int,
+           max_size: int, method: enumeration.Method = enumeration.DEFAULT_METHOD,
            ranking: Ranking | None = None) -> Reranked:
   """Stage 2 (Eq. 14) and the tool ranking, from a shortlist.
 
   Args:
     params: θ; ``params.interactions`` must hold at least M − 1 matrices.
+    query_emb: f32[Q, d_r] (the query-conditioned set term needs it).
     sl: the shortlist of :func:`shortlist`.
     k_pool, max_size: K_pool, M.
     method: the enumeration implementation.
@@ -217,8 +221,7 @@ def rerank(params: HysetParams, sl: Shortlist, *, k_pool: int, max_size: int,
   Returns:
     Reranked.
   """
-  pairs = scoring.pair_matrices(params.tool_embeddings[sl.tools],
-                                params.interactions[:max_size - 1])
+  pairs = scoring.shortlist_pairs(truncate(params, max_size), query_emb, sl.tools)
   return _stage2(sl, pairs, k_pool=k_pool, max_size=max_size, method=method,
                  ranking=DEFAULT_RANKING if ranking is None else ranking)
 
@@ -245,10 +248,18 @@ def predict(params: HysetParams, query_emb: jax.Array, *, k1: int, k_pool: int, 
   Returns:
     Prediction.
   """
-  params = params._replace(interactions=params.interactions[:max_size - 1])
+  params = truncate(params, max_size)
   sl = shortlist(params, query_emb, k1, k_pool, max_size)
-  return _prediction(sl, rerank(params, sl, k_pool=k_pool, max_size=max_size, method=method,
-                                ranking=ranking))
+  return _prediction(sl, rerank(params, query_emb, sl, k_pool=k_pool, max_size=max_size,
+                                method=method, ranking=ranking))
+
+
+def truncate(params: HysetParams, max_size: int) -> HysetParams:
+  """θ for sets of at most ``max_size`` tools (M_2..M_max_size and their conditioned terms)."""
+  qi = params.conditioned
+  if qi is not None:
+    qi = type(qi)(*(a[:max_size - 1] for a in qi))
+  return params._replace(interactions=params.interactions[:max_size - 1], conditioned=qi)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,8 +270,8 @@ class PreparedModel(NamedTuple):
   """θ with the products every query needs, computed once per model (:func:`prepare`).
 
   Attributes:
-    params: θ with M_2..M_M (M − 1 interaction matrices).
-    logit_weights: f32[d_r, N] = (Z Pᵀ)ᵀ: stage 1 is query_side @ logit_weights.
+    params: θ with M_2..M_M (M − 1 interaction matrices), :func:`truncate`.
+    logit_weights: f32[d_r, N] = (Z Pᵀ)ᵀ: stage 1 is q(r) @ logit_weights, q the query tower.
     keyed: f32[N, M − 1, d_z], row t holds z_tᵀ M_m for m = 2..M (tool-major, so a shortlist's
       rows are one contiguous gather): G_m of a shortlist is a gather and a K²·d product.
     neighbors: the Eq. 13 neighbour table under M_M, or None (the expansion scans every tool).
@@ -298,8 +309,7 @@ def prepare(params: HysetParams, *, max_size: int, k_pool: int | None = None,
   Returns:
     PreparedModel (device arrays).
   """
-  params = jax.device_put(params)
-  params = params._replace(interactions=params.interactions[:max_size - 1])
+  params = truncate(jax.device_put(params), max_size)
   logit_weights, keyed = _products(params)
   table = None
   if neighbor_table:
@@ -314,8 +324,8 @@ def prepare(params: HysetParams, *, max_size: int, k_pool: int | None = None,
 
 
 def _query_side(params: HysetParams, query_emb: jax.Array) -> jax.Array:
-  """f32[Q, d_r]: the query-side vector multiplied into P Zᵀ (the frozen embedding today)."""
-  return query_emb
+  """f32[Q, d_r]: the query-side vector multiplied into P Zᵀ — the query tower's output."""
+  return scoring.query_tower(params.tower, query_emb)
 
 
 def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int,
@@ -346,8 +356,15 @@ def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int,
   return Shortlist(tools, jnp.take_along_axis(logits, tools, axis=1))
 
 
-def pair_matrices_prepared(prep: PreparedModel, tools: jax.Array) -> jax.Array:
-  """G_m of each shortlist, f32[Q, M−1, K, K], from the precomputed Z M_m (K²·d per size)."""
+def pair_matrices_prepared(prep: PreparedModel, query_emb: jax.Array,
+                           tools: jax.Array) -> jax.Array:
+  """G_m of each shortlist, f32[Q, M−1, K, K], from the precomputed Z M_m (K²·d per size).
+
+  A model with the query-conditioned set term (``params.conditioned``) uses
+  :func:`scoring.shortlist_pairs` instead: that term is per query, nothing to precompute.
+  """
+  if prep.params.conditioned is not None:
+    return scoring.shortlist_pairs(prep.params, query_emb, tools)
   q, k = tools.shape
   keyed = prep.keyed[tools].reshape(q, -1, prep.keyed.shape[-1])          # [Q, K·(M−1), d]
   g = jnp.einsum("qad,qjd->qaj", keyed, prep.params.tool_embeddings[tools])
@@ -365,7 +382,7 @@ def predict_prepared(prep: PreparedModel, query_emb: jax.Array, *, k1: int, k_po
   if max_size != prep.max_size:
     raise ValueError(f"the model was prepared for max_size {prep.max_size}, not {max_size}")
   sl = shortlist_prepared(prep, query_emb, k1, k_pool)
-  pairs = pair_matrices_prepared(prep, sl.tools)
+  pairs = pair_matrices_prepared(prep, query_emb, sl.tools)
   return _prediction(sl, _stage2(sl, pairs, k_pool=k_pool, max_size=max_size, method=method,
                                  ranking=DEFAULT_RANKING if ranking is None else ranking))
 

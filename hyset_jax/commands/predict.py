@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
                                progress=len(model.tool_ids) > 20_000)
   pred = inference.predict_batched(prepared, emb, k1=k1, k_pool=k_pool, max_size=max_size,
                                    batch_size=args.batch_size, method=args.method,
-                                   ranking=args.ranking,
+                                   ranking=args.ranking or model.ranking,
                                    progress=emb.shape[0] > 4 * args.batch_size)
   ids = model.tool_ids
   with io_utils.atomic_write(out) as f:
