@@ -214,3 +214,23 @@ def test_small_library_rows_hold_every_other_tool():
   assert prep.neighbors.ids.shape == (12, 11)
   np.testing.assert_array_equal(np.asarray(inference.shortlist_prepared(prep, r, 5, 12).tools),
                                 np.asarray(inference.shortlist(params, r, 5, 12, 3).tools))
+
+
+@pytest.mark.parametrize("conditioned", [False, True])
+def test_prepared_path_with_query_tower_and_conditioned_term(conditioned):
+  """The tower runs before P Zᵀ; a conditioned set term makes G_m per query: still the same
+  predictions as the reference path."""
+  from hyset_jax.scoring import QueryInteraction, QueryTower
+  rng = np.random.default_rng(8)
+  n, d, m, depth, hidden, rank = 60, 6, 3, 2, 5, 3
+  f = lambda *shape: jnp.asarray(rng.normal(size=shape) * 0.3, jnp.float32)  # noqa: E731
+  params = make_params(rng, n, d, m)._replace(
+      tower=QueryTower(w_in=f(depth, d, hidden), b_in=f(depth, hidden),
+                       w_out=f(depth, hidden, d), b_out=f(depth, d)))
+  if conditioned:
+    params = params._replace(conditioned=QueryInteraction(
+        u=f(m - 1, d, rank), w=f(m - 1, d, rank), v=f(m - 1, d), b=f(m - 1)))
+  r = rng.normal(size=(9, d)).astype(np.float32)
+  kw = dict(k1=5, k_pool=10, max_size=m)
+  want = inference.predict(params, r, **kw)
+  assert_same_prediction(inference.predict_batched(params, r, neighbor_table=True, **kw), want)
