@@ -33,9 +33,11 @@ The rules, float32 throughout as in JAX:
   :func:`conditioned_pairs`); the first
   maximum in that order wins (so the smallest set on an exact tie). The set's tools are listed in
   ascending shortlist position.
-- Ranking (what ``hyset predict`` returns today, whatever the manifest's ``ranking`` names):
-  M greedy picks (A_k = A_{k−1} ∪ argmax_t F(A_{k−1} ∪ {t}), ties to the earlier
-  shortlist position), then the rest of the shortlist by descending ℓ (ties: earlier position).
+- Ranking (``--ranking``, default the manifest's ``ranking``, else ``greedy``): ``greedy`` is M
+  greedy picks (A_k = A_{k−1} ∪ argmax_t F(A_{k−1} ∪ {t}), ties to the earlier shortlist
+  position), then the rest of the shortlist by descending ℓ (ties: earlier position); ``logit``
+  is the shortlist order itself; ``set-first`` is the best set, then the rest, each by
+  descending ℓ (ties: earlier position).
 """
 from __future__ import annotations
 
@@ -480,20 +482,34 @@ def conditioned_pairs(model: Model, queries: np.ndarray, member_emb: np.ndarray,
   return np.einsum("qmir,qmr,qmjr->qmij", proj, c, proj) + (beta / n_pairs)[..., None, None]
 
 
+def _first_then_by_logit(first: np.ndarray, logits: np.ndarray) -> np.ndarray:
+  """Shortlist positions int[Q, K]: those marked in ``first`` by descending ℓ, then the others
+  by descending ℓ; equal ℓ keeps shortlist order."""
+  k = logits.shape[1]
+  pos = np.broadcast_to(np.arange(k), logits.shape)
+  return _order(~first, -logits, pos)
+
+
 def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
-           queries: np.ndarray | None = None):
+           queries: np.ndarray | None = None, ranking: str | None = None):
   """Stage 2 and the ranking for given shortlists (from :func:`shortlist`, or from a vector
   index such as FAISS).
 
   Args:
     tools: int[Q, K] tool rows in shortlist order; logits: f32[Q, K] their ℓ.
     queries: f32[Q, d_r], needed only by a model with the query-conditioned set term.
+    ranking: ``greedy`` (M greedy picks under F, then the rest by ℓ), ``logit`` (the shortlist
+      order) or ``set-first`` (the best set, then the rest, each by ℓ); default: the model's
+      manifest field, else greedy.
 
   Returns:
     (best sets as lists of tool rows in shortlist order, their scores f32[Q],
      rankings int[Q, K] of tool rows).
   """
-  k = tools.shape[1]
+  ranking = ranking or model.ranking or "greedy"
+  if ranking not in RANKINGS:
+    raise ModelError(f"ranking {ranking!r}: expected one of {', '.join(RANKINGS)}")
+  q, k = tools.shape
   logits = np.asarray(logits, np.float32)
   emb = model.tool_embeddings[tools]
   pairs = pair_matrices(emb, model.interactions[:max_size - 1])
@@ -502,17 +518,26 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
       raise ModelError("this model has a query-conditioned set term: stage2 needs the queries")
     pairs = pairs + conditioned_pairs(model, np.asarray(queries, np.float32), emb, max_size)
   sets, scores = best_sets(logits, pairs, max_size)
-  picks = greedy_ranking(logits, pairs, max_size)
-  picked = np.zeros(tools.shape, bool)
-  np.put_along_axis(picked, picks, True, axis=1)
-  rest = np.argsort(np.where(picked, np.inf, -logits), axis=1, kind="stable")[:, :k - max_size]
-  ranking = np.take_along_axis(tools, np.concatenate([picks, rest], axis=1), axis=1)
-  return [[int(tools[i, pos]) for pos in s] for i, s in enumerate(sets)], scores, ranking
+  if ranking == "logit":
+    order = np.broadcast_to(np.arange(k), (q, k))
+  elif ranking == "set-first":
+    in_set = np.zeros((q, k), bool)
+    for i, s in enumerate(sets):
+      in_set[i, s] = True
+    order = _first_then_by_logit(in_set, logits)
+  else:
+    picks = greedy_ranking(logits, pairs, max_size)
+    picked = np.zeros((q, k), bool)
+    np.put_along_axis(picked, picks, True, axis=1)
+    order = np.concatenate([picks, _first_then_by_logit(~picked, logits)[:, :k - max_size]],
+                           axis=1)
+  ranking_rows = np.take_along_axis(tools, order, axis=1)
+  return [[int(tools[i, pos]) for pos in s] for i, s in enumerate(sets)], scores, ranking_rows
 
 
 def predict(model: Model, queries: np.ndarray, *, k1: int | None = None,
             k_pool: int | None = None, max_size: int | None = None,
-            query_ids: list[str] | None = None) -> list[dict]:
+            query_ids: list[str] | None = None, ranking: str | None = None) -> list[dict]:
   """``hyset predict`` rows for f32[Q, d_r] query embeddings."""
   k1 = model.k1 if k1 is None else k1
   k_pool = model.k_pool if k_pool is None else k_pool
@@ -520,7 +545,7 @@ def predict(model: Model, queries: np.ndarray, *, k1: int | None = None,
   check_sizes(model, k1, k_pool, max_size)
   queries = np.asarray(queries, np.float32)
   tools, logits = shortlist(model, queries, k1, k_pool, max_size)
-  sets, scores, ranking = stage2(model, tools, logits, max_size, queries)
+  sets, scores, ranking = stage2(model, tools, logits, max_size, queries, ranking)
   ids = model.tool_ids
   query_ids = query_ids or [str(i) for i in range(len(queries))]
   return [{"query_id": qid,
@@ -600,6 +625,8 @@ def main(argv: list[str] | None = None) -> int:
                  help="shortlist size K_pool (default: the model's)")
   p.add_argument("--max-size", type=_positive, metavar="N",
                  help="largest set size M, at most the model's (default: the model's)")
+  p.add_argument("--ranking", choices=RANKINGS, default=None,
+                 help="how the shortlist is ranked (default: the model's, else greedy)")
   p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
   args = p.parse_args(argv)
   try:
@@ -607,7 +634,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out, args.force, (args.model, args.query_embeddings))
     model = load_model(args.model)
     queries = load_queries(args.query_embeddings, model.projection.shape[0])
-    rows = predict(model, queries, k1=args.k1, k_pool=args.k_pool, max_size=args.max_size)
+    rows = predict(model, queries, k1=args.k1, k_pool=args.k_pool, max_size=args.max_size,
+                   ranking=args.ranking)
     # allow_nan=False: NaN is not JSON; validated inputs never produce it, so this is a bug.
     text = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in rows)
     if out is None:

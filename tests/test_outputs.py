@@ -330,8 +330,9 @@ def test_reference_matches_predict_with_tower_and_conditioned_term(tmp_path, cap
       query_encoder=None))
   np.save(tmp_path / "q.npy", rng.normal(size=(16, d)).astype(np.float32))
   common = ["--model", str(tmp_path / "model"), "--query-embeddings", str(tmp_path / "q.npy")]
-  for extra in ([], ["--max-size", "3"]):
-    want_path, got_path = tmp_path / f"p{len(extra)}.jsonl", tmp_path / f"r{len(extra)}.jsonl"
+  for i, extra in enumerate(([], ["--max-size", "3"], ["--ranking", "logit"],
+                             ["--ranking", "set-first"])):
+    want_path, got_path = tmp_path / f"p{i}.jsonl", tmp_path / f"r{i}.jsonl"
     assert cli.main(["predict", *common, "--out", str(want_path), *extra]) == 0
     assert reference.main([*common, "--out", str(got_path), *extra]) == 0
     want = [json.loads(line) for line in want_path.read_text().splitlines()]
