@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyset_jax import enumeration, scoring
+from hyset_jax import enumeration, scoring, sharding
 from hyset_jax.scoring import HysetParams
 
 # Ranking methods for Recall/NDCG/COMP@K (the delivered set is the exact argmax of Eq. 14 for
@@ -50,7 +50,7 @@ def shortlist(params: HysetParams, query_emb: jax.Array, k1: int, k_pool: int,
   """
   z = params.tool_embeddings
   logits = scoring.query_logits(params, query_emb)                       # [Q, N]
-  s0_logits, s0 = jax.lax.top_k(logits, k1)                              # [Q, K1]
+  s0_logits, s0 = sharding.top_k(logits, k1)       # [Q, K1]; per tools shard under a mesh
   keyed = z[s0] @ params.interactions[max_size - 2]                      # [Q, K1, d]
   g = jnp.max(jnp.einsum("nd,qkd->qnk", z, keyed), axis=-1)              # [Q, N]
   in_s0 = jnp.zeros(g.shape, bool).at[jnp.arange(g.shape[0])[:, None], s0].set(True)
