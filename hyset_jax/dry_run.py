@@ -70,7 +70,7 @@ class StepReport:
 
   def lines(self) -> list[str]:
     d, t = self.mesh[sharding.DATA_AXIS], self.mesh[sharding.TOOLS_AXIS]
-    gib = lambda b: f"{b / GIB:9.3f} GiB"  # noqa: E731
+    gib = lambda b: f"{b / GIB:9.3f} GiB" if b >= GIB else f"{b / 2 ** 20:9.3f} MiB"  # noqa: E731
     return [
         f"mesh: data={d} x tools={t} = {d * t} {self.platform} device(s) ({self.device_kind})",
         f"library: N={self.num_tools} tools, d_z={self.tool_dim}, d_r={self.query_dim}; "
