@@ -177,6 +177,7 @@ def dry_run(config: config_lib.Config, *, num_tools: int | None = None,
   devices or Z's rows do not split over ``tools`` (:func:`check_fits` checks the budget)."""
   from hyset_jax import train
   config_lib.validate(config)
+  sharding.maybe_initialize_distributed()  # a multi-host slice compiles for all of its chips
   if num_tools is None or tool_dim is None or query_dim is None:
     n, dz, dr = library_shape(config)
     num_tools, tool_dim, query_dim = num_tools or n, tool_dim or dz, query_dim or dr

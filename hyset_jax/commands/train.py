@@ -84,12 +84,11 @@ def _dry_run(config, args) -> int:
     dims = dict(tool_dim=dry_run.encoder_dim(config.model.encoder))
     dims["query_dim"] = dims["tool_dim"]
   report = dry_run.dry_run(config, num_tools=num_tools, **dims)
-  if args.json:
-    print(json.dumps(report.to_json(), indent=1))
-  else:
-    print("\n".join(report.lines()))
+  import jax
+  if jax.process_index() == 0:  # every process of a multi-host job compiles the same step
+    print(json.dumps(report.to_json(), indent=1) if args.json else "\n".join(report.lines()))
   dry_run.check_fits(report, config.mesh.memory_per_device_gb)
   budget = config.mesh.memory_per_device_gb
-  if budget and not args.json:
+  if budget and not args.json and jax.process_index() == 0:
     print(f"fits mesh.memory_per_device_gb={budget:g}")
   return 0
