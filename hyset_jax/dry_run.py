@@ -14,8 +14,9 @@ logs the same numbers and writes them as ``metrics.jsonl``'s header record (step
 
 Compiling for other hardware than this machine's: the mesh is built over whatever devices JAX
 has, so ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` (or ``--devices N`` on the CLI)
-compiles for N CPU devices; TPU topologies via ``jax.experimental.topologies`` need the TPU
-runtime (``libtpu``) installed (docs/sharding.md says what was tried).
+compiles for N CPU devices; a TPU slice's topology (``--topology tpu:v5e:4x4``) compiles on any
+machine through ``jax.experimental.topologies`` once the TPU runtime (``pip install libtpu``)
+is installed (docs/sharding.md says what was tried).
 """
 from __future__ import annotations
 
@@ -145,6 +146,28 @@ def check_fits(report: StepReport, budget_gb: float) -> None:
   raise UserError(f"the train step needs {report.total / GIB:.3f} GiB per device on mesh "
                   f"data={report.mesh[sharding.DATA_AXIS]} x tools={t}, more than "
                   f"mesh.memory_per_device_gb={budget_gb:g} ({named} GiB){hint}")
+
+
+def topology_devices(spec: str) -> list:
+  """The devices of a TPU topology to compile for, from ``tpu:NAME`` (e.g. ``tpu:v5e:4x4``,
+  ``tpu:v4:2x2x2``); no TPU is needed, only its runtime (``pip install libtpu``)."""
+  platform, _, name = spec.partition(":")
+  if platform != "tpu" or not name:
+    raise UserError(f"--topology {spec!r}: expected tpu:NAME, e.g. tpu:v5e:4x4 or tpu:v4:2x2x2 "
+                    f"(for N CPU devices use --devices N)")
+  import os
+  # No metadata server to ask off a TPU VM: without this libtpu waits minutes for it.
+  os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+  from jax.experimental import topologies
+  try:
+    return list(topologies.get_topology_desc(platform="tpu", topology_name=name).devices)
+  except RuntimeError as e:
+    if "not installed" in str(e):
+      raise UserError(f"--topology {spec}: JAX's TPU support is not installed here; "
+                      f"`pip install libtpu` (compile-only works on a machine without a TPU)"
+                      ) from None
+    raise UserError(f"--topology {spec}: {str(e).splitlines()[0]}; expected a name like "
+                    f"v5e:4x4 or v4:2x2x2") from None
 
 
 def encoder_dim(model_dir: str) -> int:

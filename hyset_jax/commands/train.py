@@ -31,6 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--devices", type=int, metavar="N",
                  help="with --dry-run: compile for N CPU devices instead of this machine's "
                       "(XLA's host-platform device count)")
+  p.add_argument("--topology", metavar="tpu:NAME",
+                 help="with --dry-run: compile for a TPU slice, e.g. tpu:v5e:4x4, from any "
+                      "machine (needs the TPU runtime: pip install libtpu)")
   p.add_argument("--num-tools", type=int, metavar="N",
                  help="with --dry-run: size the library as N tools instead of reading the data "
                       "set (what-if sizing)")
@@ -57,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
   if not args.dry_run:
     if args.workdir is None:
       raise UserError("hyset train needs --workdir (or --dry-run to only check the step)")
-    if args.devices is not None or args.num_tools is not None or args.json:
-      raise UserError("--devices, --num-tools and --json go with --dry-run")
+    if any(v is not None for v in (args.devices, args.topology, args.num_tools)) or args.json:
+      raise UserError("--devices, --topology, --num-tools and --json go with --dry-run")
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
   for noisy in ("absl", "orbax", "jax"):  # Orbax logs every save at INFO
     logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -71,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _dry_run(config, args) -> int:
+  if args.devices is not None and args.topology is not None:
+    raise UserError("give --devices (CPU devices) or --topology (a TPU slice), not both")
   if args.devices is not None:
     if args.devices < 1:
       raise UserError(f"--devices must be ≥ 1, got {args.devices}")
@@ -83,7 +88,8 @@ def _dry_run(config, args) -> int:
   if num_tools is not None:  # the encoder's width still comes from its files
     dims = dict(tool_dim=dry_run.encoder_dim(config.model.encoder))
     dims["query_dim"] = dims["tool_dim"]
-  report = dry_run.dry_run(config, num_tools=num_tools, **dims)
+  devices = dry_run.topology_devices(args.topology) if args.topology else None
+  report = dry_run.dry_run(config, num_tools=num_tools, devices=devices, **dims)
   import jax
   if jax.process_index() == 0:  # every process of a multi-host job compiles the same step
     print(json.dumps(report.to_json(), indent=1) if args.json else "\n".join(report.lines()))
