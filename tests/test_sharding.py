@@ -1,6 +1,7 @@
 """Tool-parallel sharding (hyset_jax.sharding): the (data, tools) mesh, Z on ``tools``, the
 per-shard top-k, training and predictions equal across meshes, and ``hyset train --dry-run``."""
 import dataclasses
+import importlib.util
 import json
 import os
 import pathlib
@@ -153,6 +154,14 @@ def test_dry_run_reports_and_checks_the_budget(capsys):
   assert "do not split evenly over mesh.tools=4" in capsys.readouterr().err
   assert cli.main(["train", "--config", "tiny"]) == 2
   assert "needs --workdir" in capsys.readouterr().err
+  base = ["train", "--config", "tiny", "--dry-run", "--num-tools", "4000"]
+  assert cli.main(base + ["--topology", "gpu:h100"]) == 2
+  assert "expected tpu:NAME" in capsys.readouterr().err
+  assert cli.main(base + ["--topology", "tpu:v5e:2x2", "--devices", "4"]) == 2
+  assert "not both" in capsys.readouterr().err
+  if importlib.util.find_spec("libtpu") is None:  # this venv: no TPU runtime
+    assert cli.main(base + ["--topology", "tpu:v5e:2x2"]) == 2
+    assert "pip install libtpu" in capsys.readouterr().err
 
 
 def test_dry_run_compiles_for_another_device_count(tmp_path):
