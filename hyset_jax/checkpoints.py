@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import pathlib
+import sys
 
 log = logging.getLogger("hyset_jax.train")
 
@@ -14,6 +15,28 @@ def manager(workdir: pathlib.Path):
       workdir / "checkpoints",
       options=ocp.CheckpointManagerOptions(max_to_keep=2, create=True,
                                            enable_async_checkpointing=False))
+
+
+def _quiet_closed_loop_callbacks() -> None:
+  """Drop the "Event loop is closed" errors of a failed restore; pass everything else on.
+
+  When Orbax gives up on an unreadable step, TensorStore reads still in flight complete later
+  and call back into the asyncio loop Orbax already closed; Python reports each as an
+  unraisable exception with a traceback (ten or more for one damaged step) although nothing
+  is wrong any more: the step was skipped with a warning.
+  """
+  previous = sys.unraisablehook
+  if getattr(previous, "_hyset_filter", False):
+    return
+
+  def hook(unraisable):
+    exc = unraisable.exc_value
+    if isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
+      return
+    previous(unraisable)
+
+  hook._hyset_filter = True
+  sys.unraisablehook = hook
 
 
 def restore_latest(mngr, abstract_state):
@@ -29,6 +52,7 @@ def restore_latest(mngr, abstract_state):
           state=ocp.args.StandardRestore(abstract_state), loop=ocp.args.JsonRestore()))
       return restored["state"], restored["loop"]
     except Exception as e:  # noqa: BLE001 - any failure means this step is unusable
+      _quiet_closed_loop_callbacks()
       log.warning("checkpoint step %d in %s is unreadable (%s: %s); trying an older one",
                   step, mngr.directory, type(e).__name__, str(e)[:200])
   return None

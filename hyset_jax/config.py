@@ -71,6 +71,10 @@ class ModelConfig:
   # linear P exactly. tower_hidden 0 = d_r.
   tower_depth: int = 0
   tower_hidden: int = 0
+  # A query-conditioned set term beside M_m (scoring.QueryInteraction): a rank-R interaction
+  # and a per-size preference, both linear in q(r). Off = the paper's query-independent F_set.
+  conditioned: bool = False
+  conditioned_rank: int = 16
 
 
 @dataclasses.dataclass
@@ -140,6 +144,8 @@ def validate(config: Config) -> Config:
   m, t = config.model, config.train
   from hyset_jax.enumeration import validate_sizes
   validate_sizes(m.k_pool, m.max_set_size, k1=m.k1)
+  if m.conditioned_rank < 0:
+    raise UserError(f"model.conditioned_rank must be ≥ 0, got {m.conditioned_rank}")
   if m.tower_depth < 0 or m.tower_hidden < 0:
     raise UserError(f"model.tower_depth and model.tower_hidden must be ≥ 0, got "
                     f"{m.tower_depth} and {m.tower_hidden}")

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hyset_jax.errors import UserError
-from hyset_jax.scoring import HysetParams, QueryTower
+from hyset_jax.scoring import HysetParams, QueryInteraction, QueryTower
 
 # The ablations of paper §3.3: per-cardinality M_m (HYSET), one shared learned M, a fixed
 # identity M, or no F_set at all.
@@ -56,9 +56,18 @@ def init_tower(query_dim: int, depth: int, hidden: int, key: jax.Array) -> Query
                     jnp.zeros((depth, query_dim), jnp.float32))
 
 
+def init_conditioned(query_dim: int, tool_dim: int, max_set_size: int, rank: int,
+                     key: jax.Array) -> QueryInteraction:
+  """The query-conditioned set term at 0 (W, v, b = 0); u random so W gets gradients."""
+  k = max_set_size - 1
+  u = jax.random.normal(key, (k, tool_dim, rank), jnp.float32) / np.sqrt(tool_dim)
+  return QueryInteraction(u, jnp.zeros((k, query_dim, rank), jnp.float32),
+                          jnp.zeros((k, query_dim), jnp.float32), jnp.zeros((k,), jnp.float32))
+
+
 def init_params(tool_embeddings, query_dim: int, max_set_size: int,
                 key: jax.Array | None = None, scale: float = 1.0, tower_depth: int = 0,
-                tower_hidden: int = 0) -> HysetParams:
+                tower_hidden: int = 0, conditioned_rank: int | None = None) -> HysetParams:
   """θ at the natural start (see the module docstring).
 
   Args:
@@ -72,6 +81,7 @@ def init_params(tool_embeddings, query_dim: int, max_set_size: int,
       F_align and of the training loss start from: an inverse temperature, as in
       contrastive retrievers (20 ≈ temperature 0.05).
     tower_depth, tower_hidden: the query tower's layers and width (0 = d_r).
+    conditioned_rank: R of the query-conditioned set term; None = no such term.
 
   Returns:
     HysetParams with Z unit rows, P = scale · I (or the random map), M_m = 0 and an
@@ -83,7 +93,7 @@ def init_params(tool_embeddings, query_dim: int, max_set_size: int,
   if max_set_size < 2:
     raise UserError(f"max_set_size must be ≥ 2, got {max_set_size}")
   key = jax.random.key(0) if key is None else key
-  p_key, tower_key = jax.random.split(key)
+  p_key, tower_key, cond_key = jax.random.split(key, 3)
   d_z = z.shape[1]
   if query_dim == d_z:
     p = jnp.eye(d_z, dtype=jnp.float32)
@@ -95,17 +105,20 @@ def init_params(tool_embeddings, query_dim: int, max_set_size: int,
       tool_embeddings=normalize_rows(jnp.asarray(z)),
       projection=scale * p,
       interactions=jnp.zeros((max_set_size - 1, d_z, d_z), jnp.float32),
-      tower=init_tower(query_dim, tower_depth, tower_hidden, tower_key))
+      tower=init_tower(query_dim, tower_depth, tower_hidden, tower_key),
+      conditioned=None if conditioned_rank is None else init_conditioned(
+          query_dim, d_z, max_set_size, conditioned_rank, cond_key))
 
 
 def init_theta(tool_embeddings: np.ndarray, query_dim: int, mc, seed: int) -> dict:
   """The trained leaves of θ for ``mc`` (a :class:`hyset_jax.config.ModelConfig`).
 
   Keys: ``z``, ``p``, ``m`` (per-cardinality: f32[M-1, d, d]; shared: f32[1, d, d]; absent for
-  the fixed ablations) and ``tower`` (absent at depth 0).
+  the fixed ablations), ``tower`` (absent at depth 0) and ``conditioned`` (absent when off).
   """
   p = init_params(tool_embeddings, query_dim, mc.max_set_size, jax.random.key(seed),
-                  scale=mc.init_scale, tower_depth=mc.tower_depth, tower_hidden=mc.tower_hidden)
+                  scale=mc.init_scale, tower_depth=mc.tower_depth, tower_hidden=mc.tower_hidden,
+                  conditioned_rank=mc.conditioned_rank if mc.conditioned else None)
   theta = {"z": p.tool_embeddings, "p": p.projection}
   if mc.interaction == "per_cardinality":
     theta["m"] = p.interactions
@@ -113,6 +126,8 @@ def init_theta(tool_embeddings: np.ndarray, query_dim: int, mc, seed: int) -> di
     theta["m"] = p.interactions[:1]
   if p.tower is not None:
     theta["tower"] = p.tower
+  if p.conditioned is not None:
+    theta["conditioned"] = p.conditioned
   return theta
 
 
@@ -128,7 +143,7 @@ def materialize(theta: dict, mc) -> HysetParams:
     ms = jnp.broadcast_to(jnp.eye(d, dtype=z.dtype), (k, d, d))
   else:
     ms = jnp.zeros((k, d, d), z.dtype)
-  return HysetParams(z, theta["p"], ms, theta.get("tower"))
+  return HysetParams(z, theta["p"], ms, theta.get("tower"), theta.get("conditioned"))
 
 
 def constrain(theta: dict) -> dict:

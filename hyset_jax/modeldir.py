@@ -9,6 +9,9 @@ Layout::
                        interaction_2 … interaction_M f32[d_z, d_z]  (symmetric)
                        tower_w_in f32[L, d_r, H], tower_b_in f32[L, H],      (hyset/2, only
                        tower_w_out f32[L, H, d_r], tower_b_out f32[L, d_r]    when L ≥ 1)
+                       conditioned_u f32[M-1, d_z, R], conditioned_w f32[M-1, d_r, R],
+                       conditioned_v f32[M-1, d_r], conditioned_b f32[M-1]   (hyset/2, when
+                                                                      the term is on)
   manifest.json        {"format": "hyset/2", "tool_ids": [...N ids, row order...],
                         "max_set_size": M, "k1": K1, "k_pool": K_pool,
                         "query_encoder": "..." or null, "ranking": "greedy"|"logit"|"set-first"}
@@ -28,11 +31,12 @@ import numpy as np
 
 from hyset_jax.errors import UserError
 from hyset_jax.inference import DEFAULT_RANKING, RANKINGS
-from hyset_jax.scoring import HysetParams, QueryTower
+from hyset_jax.scoring import HysetParams, QueryInteraction, QueryTower
 
 FORMAT = "hyset/2"
 READABLE = ("hyset/1", "hyset/2")
-TOWER_TENSORS = tuple(f"tower_{f}" for f in QueryTower._fields)
+# Optional tensor groups of hyset/2: all of a group or none.
+GROUPS = {"tower": QueryTower, "conditioned": QueryInteraction}
 PARAMS_FILE = "params.safetensors"
 MANIFEST_FILE = "manifest.json"
 # Symmetry and unit-norm tolerances: loose enough for f32 round-trips through other stacks,
@@ -79,6 +83,19 @@ def _validate_tower(tower: QueryTower, d_r: int, where) -> None:
       raise UserError(f"{where}: tensor 'tower_{name}' contains NaN or inf")
 
 
+def _validate_conditioned(qi: QueryInteraction, d_r: int, d_z: int, max_size: int,
+                          where) -> None:
+  k = max_size - 1
+  rank = qi.u.shape[2] if qi.u.ndim == 3 else -1
+  want = {"u": (k, d_z, rank), "w": (k, d_r, rank), "v": (k, d_r), "b": (k,)}
+  for name, a in qi._asdict().items():
+    if rank < 0 or a.shape != want[name]:
+      raise UserError(f"{where}: tensor 'conditioned_{name}' must be {list(want[name])} "
+                      f"(M-1, d_z or d_r, R), got shape {list(a.shape)}")
+    if not np.all(np.isfinite(a)):
+      raise UserError(f"{where}: tensor 'conditioned_{name}' contains NaN or inf")
+
+
 def validate(model: ModelDir, where: pathlib.Path | str = "model",
              manifest_where: pathlib.Path | str | None = None) -> None:
   """Check shapes, finiteness, symmetry, unit rows and the shortlist sizes; UserError if not.
@@ -87,7 +104,7 @@ def validate(model: ModelDir, where: pathlib.Path | str = "model",
   """
   from hyset_jax.enumeration import validate_sizes
   mwhere = manifest_where or where
-  z, p, ms, tower = model.params
+  z, p, ms, tower, cond = model.params
   if z.ndim != 2:
     raise UserError(f"{where}: tensor 'tool_embeddings' must be [N, d_z], got shape {z.shape}")
   n, d_z = z.shape
@@ -100,6 +117,8 @@ def validate(model: ModelDir, where: pathlib.Path | str = "model",
                       f"got shape {ms[m - 2].shape}")
   if tower is not None:
     _validate_tower(tower, p.shape[0], where)
+  if cond is not None:
+    _validate_conditioned(cond, p.shape[0], d_z, model.max_set_size, where)
   if len(model.tool_ids) != n:
     raise UserError(f"{mwhere}: field 'tool_ids' has {len(model.tool_ids)} ids but tensor "
                     f"'tool_embeddings' in {where} has {n} rows")
@@ -183,15 +202,20 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
     if name not in tensors:
       raise UserError(f"{ppath}: missing tensor {name!r} (max_set_size = {max_set_size} needs "
                       f"{', '.join(expected)})")
-  tower_names = [t for t in TOWER_TENSORS if t in tensors]
-  if tower_names and fmt == "hyset/1":
-    raise UserError(f"{ppath}: tensor {tower_names[0]!r} is a query tower, which format "
-                    f"'hyset/1' does not have; write format 'hyset/2'")
-  if tower_names and len(tower_names) != len(TOWER_TENSORS):
-    missing = [t for t in TOWER_TENSORS if t not in tensors]
-    raise UserError(f"{ppath}: missing tensor {missing[0]!r} (a query tower needs all of "
-                    f"{', '.join(TOWER_TENSORS)})")
-  expected += tower_names
+  present = {}
+  for group, cls in GROUPS.items():
+    names = [f"{group}_{f}" for f in cls._fields]
+    have = [t for t in names if t in tensors]
+    if have and fmt == "hyset/1":
+      raise UserError(f"{ppath}: tensor {have[0]!r} belongs to format 'hyset/2' ({group}); "
+                      f"the manifest says 'hyset/1'")
+    if have and len(have) != len(names):
+      missing = [t for t in names if t not in tensors]
+      raise UserError(f"{ppath}: missing tensor {missing[0]!r} (the {group} needs all of "
+                      f"{', '.join(names)})")
+    if have:
+      present[group] = names
+      expected += names
   extra = sorted(set(tensors) - set(expected))
   if extra:
     raise UserError(f"{ppath}: unexpected tensor(s) {', '.join(map(repr, extra))} for "
@@ -208,14 +232,28 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
     if f32[f"interaction_{m}"].shape != (d_z, d_z):
       raise UserError(f"{ppath}: tensor 'interaction_{m}' must be [{d_z}, {d_z}], "
                       f"got shape {f32[f'interaction_{m}'].shape}")
-  tower = QueryTower(*(f32[t] for t in TOWER_TENSORS)) if tower_names else None
+  groups = {g: GROUPS[g](*(f32[t] for t in names)) for g, names in present.items()}
   params = HysetParams(
       f32["tool_embeddings"], f32["projection"],
-      np.stack([f32[f"interaction_{m}"] for m in range(2, max_set_size + 1)]), tower)
+      np.stack([f32[f"interaction_{m}"] for m in range(2, max_set_size + 1)]), **groups)
   model = ModelDir(params, tuple(tool_ids), max_set_size, k1, k_pool, query_encoder, path,
                    ranking)
   validate(model, ppath, mpath)
   return model
+
+
+def tensors(params: HysetParams, max_set_size: int) -> dict[str, np.ndarray]:
+  """θ as the named f32 tensors of params.safetensors (also the arrays of the npz export)."""
+  out = {"tool_embeddings": np.ascontiguousarray(params.tool_embeddings, np.float32),
+         "projection": np.ascontiguousarray(params.projection, np.float32)}
+  out.update({f"interaction_{m}": np.ascontiguousarray(params.interactions[m - 2], np.float32)
+              for m in range(2, max_set_size + 1)})
+  for group in GROUPS:
+    values = getattr(params, group)
+    if values is not None:
+      out.update({f"{group}_{k}": np.ascontiguousarray(v, np.float32)
+                  for k, v in values._asdict().items()})
+  return out
 
 
 def save_model_dir(path: str | os.PathLike, model: ModelDir, *, force: bool = False) -> pathlib.Path:
@@ -230,15 +268,7 @@ def save_model_dir(path: str | os.PathLike, model: ModelDir, *, force: bool = Fa
   path = pathlib.Path(path)
   validate(model, path)
   with atomic_dir(path, force) as tmp:
-    z, p, ms, tower = model.params
-    tensors = {"tool_embeddings": np.asarray(z, np.float32),
-               "projection": np.asarray(p, np.float32)}
-    if tower is not None:
-      tensors.update({f"tower_{k}": np.ascontiguousarray(v, np.float32)
-                      for k, v in tower._asdict().items()})
-    tensors.update({f"interaction_{m}": np.ascontiguousarray(ms[m - 2], np.float32)
-                    for m in range(2, model.max_set_size + 1)})
-    save_file(tensors, str(tmp / PARAMS_FILE))
+    save_file(tensors(model.params, model.max_set_size), str(tmp / PARAMS_FILE))
     (tmp / MANIFEST_FILE).write_text(json.dumps(model.manifest(), indent=1) + "\n",
                                      encoding="utf-8")
   return path
