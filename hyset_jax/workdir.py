@@ -109,6 +109,9 @@ def lock(workdir: pathlib.Path) -> Iterator[None]:
 class MetricsLog:
   """metrics.jsonl, written by process 0; on resume, lines after the restored step are dropped.
 
+  A line of a step that will be run again (after the restored checkpoint) is dropped, so a
+  killed and restarted run's log equals an uninterrupted run's.
+
   ``header`` (a row with step -1) becomes the first line, replacing an earlier start's: it
   describes the run as laid out now (its mesh and per-device memory). ``rows`` holds the steps.
   """
@@ -116,7 +119,10 @@ class MetricsLog:
   def __init__(self, path: pathlib.Path, resume_step: int, header: dict | None = None):
     self.path = path
     self.enabled = jax.process_index() == 0
-    self.rows = [r for r in self.read(path) if 0 <= r["step"] <= resume_step]
+    # Steps the restored checkpoint has done; a start with nothing restored (resume_step 0)
+    # keeps none, since its step-0 validation is logged again.
+    self.rows = [r for r in self.read(path) if 0 <= r["step"] <= resume_step] \
+        if resume_step > 0 else []
     kept = ([header] if header else []) + self.rows
     if self.enabled:
       with atomic_write(path) as f:

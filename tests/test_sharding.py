@@ -176,3 +176,17 @@ def test_dry_run_compiles_for_another_device_count(tmp_path):
   assert "mesh: data=2 x tools=8 = 16 cpu device(s)" in out.stdout
   assert "optimiser state" in out.stdout and "FLOPs per step" in out.stdout
   assert list(tmp_path.iterdir()) == []
+
+
+def test_metrics_header_replaces_the_old_one_and_a_fresh_start_keeps_no_rows(tmp_path):
+  from hyset_jax.workdir import MetricsLog
+  path = tmp_path / "metrics.jsonl"
+  path.write_text('{"step": -1, "memory": {"old": 1}}\n{"step": 0, "v": 1}\n{"step": 5, "v": 2}\n'
+                  '{"step": 10, "v": 3}\n')
+  log = MetricsLog(path, 5, header={"step": -1, "memory": {"new": 1}})
+  assert [json.loads(x) for x in path.read_text().splitlines()] == \
+      [{"step": -1, "memory": {"new": 1}}, {"step": 0, "v": 1}, {"step": 5, "v": 2}]
+  assert [r["step"] for r in log.rows] == [0, 5]  # curves see steps only
+  # Killed before the first checkpoint: the step-0 row is logged again by the new start.
+  MetricsLog(path, 0, header={"step": -1, "memory": {}})
+  assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == [-1]
