@@ -120,9 +120,10 @@ class MetricsLog:
     self.path = path
     self.enabled = jax.process_index() == 0
     # Steps the restored checkpoint has done; a start with nothing restored (resume_step 0)
-    # keeps none, since its step-0 validation is logged again.
-    self.rows = [r for r in self.read(path) if 0 <= r["step"] <= resume_step] \
-        if resume_step > 0 else []
+    # keeps none, since its step-0 validation is logged again. The end-of-run ranking choice is
+    # made again by every run that finishes, so an earlier one is dropped too.
+    self.rows = [r for r in self.read(path) if 0 <= r["step"] <= resume_step
+                 and "ranking" not in r] if resume_step > 0 else []
     kept = ([header] if header else []) + self.rows
     if self.enabled:
       with atomic_write(path) as f:
