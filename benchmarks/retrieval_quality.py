@@ -80,7 +80,7 @@ def baselines(config, data, test) -> dict[str, dict]:
   from hyset_jax.encoder import load_encoder
   from hyset_jax.model import init_params
   from hyset_jax.retrievers import BM25Retriever, DenseRetriever, FusionRetriever
-  from hyset_jax.train import evaluate_split
+  from hyset_jax.evaluation import evaluate_split
   tools = load_dataset(config.data.spec).tools
   encoder = load_encoder(config.model.encoder or None)
   gold = [[data.tool_ids[t] for t in g] for g in test.gold]
@@ -164,7 +164,7 @@ def subset(test, keep: list[int]):
 def multi_tool_hyset_rows(config, data, sub, runs: pathlib.Path, args) -> dict:
   """The trained HYSET runs again, on the multi-tool test queries only."""
   from hyset_jax import modeldir
-  from hyset_jax.train import evaluate_split
+  from hyset_jax.evaluation import evaluate_split
   rows: dict[str, list[dict]] = {}
   for label, tag in (("HYSET, paper objective (Eq. 10)", "paper"), ("HYSET, preset", "preset")):
     for seed in args.seeds:
@@ -214,7 +214,7 @@ def main() -> None:
     logging.getLogger(noisy).setLevel(logging.WARNING)
 
   from hyset_jax import config as config_lib
-  from hyset_jax.train import prepare_data
+  from hyset_jax.train_data import prepare_data
   data_override = [f"data.spec={args.data}"] if args.data else []
   config = config_lib.resolve(args.config, data_override)
   data = prepare_data(config)
