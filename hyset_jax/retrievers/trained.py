@@ -1,7 +1,8 @@
 """The trained baselines by name: what ``hyset eval --method`` and the benchmark tables fit.
 
-Each is fit on a data set's training queries (frozen encoder embeddings), in seconds to a
-minute on a 2-core CPU, deterministically given ``seed``:
+Each is fit on a data set's training queries (frozen encoder embeddings), deterministically
+given ``seed``; on a 2-core CPU the linear head and the set classifier take well under a
+minute of compute, the MLP head a few minutes:
 
 ==================  ===========================================================================
 ``linear-head``     per-tool linear head, W started at the dense ranking
@@ -11,8 +12,7 @@ minute on a 2-core CPU, deterministically given ``seed``:
 
 The per-tool heads use the per-tool softmax loss and score their top 5 as the set, like the
 rank-only retrievers; both choices are measured against the alternatives (one-vs-rest
-sigmoid loss, a validation-chosen probability threshold) in
-benchmarks/results/retrieval_toollens_baselines.md.
+sigmoid loss, a validation-chosen probability threshold) in docs/baselines.md.
 """
 from __future__ import annotations
 
