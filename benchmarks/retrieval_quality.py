@@ -201,8 +201,9 @@ def main() -> None:
                       help="also a table on the test queries with ≥ 2 gold tools")
   parser.add_argument("--baselines-only", action="store_true",
                       help="only the untrained and trained baselines; no HYSET training")
-  parser.add_argument("--mlp-seeds", type=int, nargs="+",
-                      help="seeds of the MLP head, the slowest fit (default: --seeds)")
+  parser.add_argument("--mlp-seeds", type=int, nargs="*",
+                      help="seeds of the MLP head, the slowest fit (default: --seeds; "
+                           "none given: no MLP rows)")
   parser.add_argument("--head-variants", action="store_true",
                       help="also the per-tool heads with one-vs-rest sigmoid loss "
                            "(--ablation-seeds)")
@@ -250,7 +251,8 @@ def main() -> None:
   if "multi" in subsets and not args.baselines_only:
     rows["multi"].update(multi_tool_hyset_rows(config, data, subset(test, multi), runs, args))
   trained, fit_costs = trained_baselines(config, data, test, subsets, args.seeds,
-                                         args.mlp_seeds or args.seeds,
+                                         args.seeds if args.mlp_seeds is None
+                                         else args.mlp_seeds,
                                          args.ablation_seeds if args.head_variants else [])
   for name in subsets:
     rows[name].update(trained[name])
