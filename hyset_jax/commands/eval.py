@@ -49,6 +49,10 @@ def add_parser(subparsers: Any) -> None:
   p.add_argument("--seed", type=int, default=0,
                  help="seed of a trained baseline (linear-head, mlp-head, set-classifier)")
   p.add_argument("--limit", type=int, metavar="N", help="score only the first N queries of the split")
+  from hyset_jax import choices
+  p.add_argument("--ranking", choices=choices.RANKINGS, default=None,
+                 help="--method hyset: how the shortlist is ranked (default: the model's, else "
+                      f"{choices.DEFAULT_RANKING})")
   p.add_argument("--out", required=True, metavar="FILE", help="where to write the metrics JSON")
   p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
   p.set_defaults(func=run)
@@ -57,6 +61,8 @@ def add_parser(subparsers: Any) -> None:
 def _check_args(args: argparse.Namespace) -> None:
   if args.model is not None and args.method != "hyset":
     raise UserError(f"--model is only used with --method hyset, not --method {args.method}")
+  if args.ranking is not None and args.method != "hyset":
+    raise UserError(f"--ranking is only used with --method hyset, not --method {args.method}")
   if args.encoder is not None and args.method == "bm25":
     raise UserError("--encoder is not used by --method bm25 (it has no encoder)")
   if args.method in TRAINED_METHODS and args.split == "train":
@@ -74,7 +80,8 @@ def _load_encoder(path: str | None) -> Any:
   return load_encoder(model_dir=path)
 
 
-def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary) -> Any:
+def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary,
+                          ranking: str | None = None) -> Any:
   """A HysetRetriever from a ``hyset/1`` directory, checked against the data's library."""
   from hyset_jax.modeldir import load_model_dir
   from hyset_jax.retrievers import HysetRetriever
@@ -92,11 +99,13 @@ def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary
           f"(e.g. {', '.join(missing[:3])}); they can never be retrieved", file=sys.stderr)
   encoder = _load_encoder(encoder_dir if encoder_dir is not None else model.query_encoder)
   return HysetRetriever(model.params, model_ids, encoder,
-                        k1=model.k1, k_pool=model.k_pool, max_size=model.max_set_size)
+                        k1=model.k1, k_pool=model.k_pool, max_size=model.max_set_size,
+                        ranking=ranking or model.ranking)
 
 
 def build_retriever(method: str, tools: ToolLibrary, *, model: str | None = None,
-                    encoder_dir: str | None = None, train: Any = (), seed: int = 0) -> Any:
+                    encoder_dir: str | None = None, ranking: str | None = None,
+                    train: Any = (), seed: int = 0) -> Any:
   """The retriever ``--method`` names, over the data set's tool library (``train``: the
   queries a trained baseline is fit on)."""
   from hyset_jax import retrievers
@@ -106,7 +115,7 @@ def build_retriever(method: str, tools: ToolLibrary, *, model: str | None = None
   if method == "bm25":
     return retrievers.BM25Retriever(tools)
   if method == "hyset" and model is not None:
-    return _hyset_from_model_dir(model, encoder_dir, tools)
+    return _hyset_from_model_dir(model, encoder_dir, tools, ranking)
   encoder = _load_encoder(encoder_dir)
   if method == "dense":
     return retrievers.DenseRetriever(tools, encoder)
@@ -115,7 +124,7 @@ def build_retriever(method: str, tools: ToolLibrary, *, model: str | None = None
     return retrievers.FusionRetriever(
         [retrievers.BM25Retriever(tools), retrievers.DenseRetriever(tools, encoder)])
   if method == "hyset":
-    return retrievers.HysetRetriever.untrained(tools, encoder)
+    return retrievers.HysetRetriever.untrained(tools, encoder, ranking=ranking)
   raise UserError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
 
 
@@ -151,7 +160,8 @@ def run(args: argparse.Namespace) -> int:
     from hyset_jax.data.splits import with_validation
     train = with_validation(dataset, DataConfig.validation_fraction).split("train")
   retriever = build_retriever(args.method, dataset.tools, model=args.model,
-                              encoder_dir=args.encoder, train=train, seed=args.seed)
+                              encoder_dir=args.encoder, ranking=args.ranking, train=train,
+                              seed=args.seed)
   result = retriever.retrieve([q.text for q in queries], depth=EVAL_DEPTH)
   metrics = evaluate(result.rankings, [q.gold for q in queries], result.sets)
 
