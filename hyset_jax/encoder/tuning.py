@@ -127,7 +127,9 @@ def merged_model(spec: EncoderSpec, frozen: nnx.State, trainable: Any) -> BertMo
   """
   if spec.mode != "lora":
     return nnx.merge(spec.graphdef, frozen, trainable)
-  model = nnx.merge(spec.graphdef, frozen)
+  # Fresh Variables (a tree copy) at the caller's trace level: the ones inside ``frozen``
+  # belong to the enclosing jit trace, and NNX refuses to mutate them under jax.grad.
+  model = nnx.merge(spec.graphdef, jax.tree.map(lambda x: x, frozen))
   for i, targets in trainable["layers"].items():
     attention = model.layers[int(i)].attention
     for target, ab in targets.items():
