@@ -31,6 +31,7 @@ Out directory::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -201,15 +202,11 @@ def _embed_table(spec, frozen, encoder_params, table, batch_size: int) -> np.nda
   return out
 
 
-_FORWARDS: dict[Any, Any] = {}
-
-
+@functools.lru_cache(maxsize=8)
 def _jit_forward(spec):
+  """:func:`tuning.forward` jitted once per spec (specs are hashable)."""
   from hyset_jax.encoder import tuning
-  if spec not in _FORWARDS:
-    _FORWARDS[spec] = jax.jit(lambda frozen, params, batch: tuning.forward(spec, frozen, params,
-                                                                          batch))
-  return _FORWARDS[spec]
+  return jax.jit(functools.partial(tuning.forward, spec))
 
 
 def _pad_gold(gold: list[tuple[int, ...]], width: int) -> np.ndarray:
@@ -235,8 +232,9 @@ def theta_from_model_dir(path: str | pathlib.Path, data: train.TrainingData,
   if model.max_set_size != mc.max_set_size:
     raise UserError(f"{path}: max_set_size {model.max_set_size}, the config has "
                     f"model.max_set_size = {mc.max_set_size}")
-  z, p, ms = (jnp.asarray(a, jnp.float32) for a in model.params)
-  theta = {"z": z, "p": p}
+  f32 = lambda a: jnp.asarray(a, jnp.float32)
+  ms = f32(model.params.interactions)
+  theta = {"z": f32(model.params.tool_embeddings), "p": f32(model.params.projection)}
   if mc.interaction == "per_cardinality":
     theta["m"] = ms
   elif mc.interaction == "shared":
@@ -271,6 +269,7 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
   config_lib.validate(config)
   validate_tune(tune, config)
   out = check_target(pathlib.Path(out), force)
+  ensure_writable_dir(out, "output folder")  # before the run: a finished run must not fail here
   tc, mc = config.train, config.model
   data = data or train.prepare_data(config)
   splits = {"train": config.data.train_split, "validation": config.data.val_split,
@@ -322,7 +321,6 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
   optimizer = make_optimizer(config, tune)
   params = {"theta": theta, "encoder": enc_params}
   state = JointState(params, optimizer.init(params))
-  import functools
   step_fn = jax.jit(functools.partial(joint_step, spec=spec, mc=mc, tc=tc, optimizer=optimizer),
                     donate_argnums=(0,))
   shortlist_fn = jax.jit(inference.shortlist, static_argnames=("k1", "k_pool", "max_size"))
@@ -392,7 +390,6 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
       "tune": dataclasses.asdict(tune),
       "config": config.to_dict(),
   }
-  ensure_writable_dir(out, "output folder")
   if export:
     query_encoder = data.query_encoder
     if encoder is not None:

@@ -6,7 +6,8 @@ both read::
   config.json                        the Hugging Face BERT config (the source's, unchanged)
   model.safetensors                  the weights under BertModel's names (``encoder.layer.0
                                      .attention.self.query.weight``, ...), linear kernels
-                                     stored (out, in) as PyTorch keeps them
+                                     stored (out, in) as PyTorch keeps them; the source's
+                                     pooler head, if it has one, copied unchanged
   tokenizer files                    copied from the source (vocab.txt, tokenizer.json, ...)
   modules.json                       Transformer -> Pooling -> Normalize (if the source had it)
   sentence_bert_config.json          max_seq_length, do_lower_case
@@ -27,7 +28,7 @@ import shutil
 
 import numpy as np
 
-from hyset_jax.encoder.bert import BertModel, _param_at, checkpoint_names
+from hyset_jax.encoder.bert import BertModel, _canonical_name, _param_at, checkpoint_names
 from hyset_jax.encoder.sentence import _LEGACY_POOLING_KEYS, _TOKENIZER_FILES, SentenceEncoder
 
 # Tokenizer side files AutoTokenizer reads beside the vocabulary.
@@ -67,14 +68,20 @@ def save_sentence_transformer(model: BertModel, source: SentenceEncoder, out: st
   Raises:
     UserError: ``out`` exists (without ``force``) or cannot be written.
   """
-  from safetensors.numpy import save_file
+  from safetensors.numpy import load_file, save_file
 
   from hyset_jax.io_utils import atomic_dir
 
   pipeline, tdir = source.pipeline, source.pipeline.transformer_dir
   with atomic_dir(out, force) as tmp:
     shutil.copyfile(tdir / "config.json", tmp / "config.json")
-    save_file(state_tensors(model), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    tensors = state_tensors(model)
+    # The pooler head (unused by sentence-transformers, not built here) is kept as the source
+    # has it, so transformers' AutoModel finds a complete BertModel and warns about nothing.
+    source_tensors = load_file(tdir / "model.safetensors")
+    tensors.update({_canonical_name(k): v for k, v in source_tensors.items()
+                    if _canonical_name(k).startswith("pooler.")})
+    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     for name in _TOKENIZER_FILES + _TOKENIZER_SIDE_FILES:
       if (tdir / name).is_file():
         shutil.copyfile(tdir / name, tmp / name)
