@@ -12,10 +12,10 @@ Presets:
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Sequence
 from typing import Any
 
+from hyset_jax import config as config_lib
 from hyset_jax.errors import UserError
 from toolscout.adapter import AdapterConfig
 
@@ -119,48 +119,13 @@ def get_config(name: str) -> ExperimentConfig:
   return PRESETS[name]
 
 
-def _parse_value(raw: str, current: Any, key: str) -> Any:
-  if isinstance(current, str):
-    return raw
-  try:
-    value = json.loads(raw)
-  except json.JSONDecodeError:
-    value = raw.split(",") if isinstance(current, tuple) else raw
-  if isinstance(current, bool):
-    if raw.lower() in ("true", "false"):
-      return raw.lower() == "true"
-    raise UserError(f"--set {key}: expected true or false, got {raw!r}")
-  if isinstance(current, tuple):
-    items = value if isinstance(value, list) else [value]
-    kind = type(current[0]) if current else str
-    try:
-      return tuple(kind(v) for v in items)
-    except (TypeError, ValueError):
-      raise UserError(f"--set {key}: expected a comma-separated or JSON list of "
-                      f"{kind.__name__}, got {raw!r}") from None
-  if isinstance(current, (int, float)) and isinstance(value, (int, float)) \
-      and not isinstance(value, bool):
-    if isinstance(current, int) and not float(value).is_integer():
-      raise UserError(f"--set {key}: expected an integer, got {raw!r}")
-    return type(current)(value)
-  raise UserError(f"--set {key}: expected a {type(current).__name__}, got {raw!r}")
-
-
 def apply_overrides(config: ExperimentConfig, overrides: Sequence[str]) -> ExperimentConfig:
-  """``config`` with ``KEY=VALUE`` overrides applied and validated.
+  """``config`` with ``KEY=VALUE`` overrides applied (hyset's parser, the one of the project) and
+  validated.
 
   >>> apply_overrides(PRESETS["tiny"], ["seed=3", "windows=1,5"]).windows
   (1, 5)
   """
-  fields = {f.name: f for f in dataclasses.fields(config)}
-  changes = {}
-  for item in overrides:
-    key, sep, raw = item.partition("=")
-    key = key.strip()
-    if not sep or key not in fields:
-      raise UserError(f"--set {item!r}: expected KEY=VALUE with KEY one of "
-                      f"{', '.join(sorted(fields))}")
-    changes[key] = _parse_value(raw.strip(), getattr(config, key), key)
-  config = dataclasses.replace(config, **changes)
+  config = config_lib.apply_overrides(config, overrides)
   config.validate()
   return config
