@@ -3,7 +3,7 @@
 The query embedding r(x) of the HYSET score comes from a trainable encoder
 (:mod:`hyset_jax.encoder.tuning`: its top n blocks, LoRA adapters, or all of it) instead of
 the frozen cache, and the HYSET objective (``losses.total_loss`` over
-``scoring.set_scores`` on candidate pools from ``negatives.sample_pools``, plus the optional
+``scoring.set_scores`` on candidate pools from ``batches.make_batch``, plus the optional
 per-tool loss) trains both. θ keeps the main config's optimiser (``train.make_optimizer``);
 the encoder gets its own AdamW with its own learning rate, through ``optax.multi_transform``.
 
@@ -44,9 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from hyset_jax import batches, losses, model, scoring, train, workdir
 from hyset_jax import config as config_lib
-from hyset_jax import inference, losses, negatives, scoring, train
 from hyset_jax.errors import UserError
+from hyset_jax.evaluation import evaluate_split
+from hyset_jax.train_data import TrainingData, prepare_data
 
 log = logging.getLogger("hyset_jax.finetune")
 
@@ -99,7 +101,7 @@ def validate_tune(tune: EncoderTuneConfig, config: config_lib.Config) -> None:
 # --------------------------------------------------------------------------- the step
 
 class JointState(NamedTuple):
-  """params: ``{"theta": θ's trained leaves (train.init_trainable), "encoder": the encoder's
+  """params: ``{"theta": θ's trained leaves (model.init_theta), "encoder": the encoder's
   trainable pytree or None}``; opt_state: the multi-transform state."""
   params: dict[str, Any]
   opt_state: Any
@@ -118,7 +120,7 @@ def make_optimizer(config: config_lib.Config, tune: EncoderTuneConfig
                                {"theta": "theta", "encoder": "encoder"})
 
 
-def query_vectors(spec, frozen, encoder_params, batch: dict[str, jax.Array]) -> jax.Array:
+def encoder_queries(spec, frozen, encoder_params, batch: dict[str, jax.Array]) -> jax.Array:
   """r(x): the trainable encoder's output, or the frozen ``batch["query"]`` without one.
 
   Returns f32[B, d_r].
@@ -142,18 +144,18 @@ def joint_loss(params: dict[str, Any], frozen, batch: dict[str, Any], *, spec,
   Returns:
     (loss f32[], (its parts, the query vectors f32[B, d_r] for the negative sampler)).
   """
-  query = query_vectors(spec, frozen, params["encoder"], batch)
+  query = encoder_queries(spec, frozen, params["encoder"], batch)
   theta = params["theta"]
   if not mc.train_tool_embeddings:
     theta = dict(theta, z=jax.lax.stop_gradient(theta["z"]))
-  hp = train.materialize(theta, mc)
+  hp = model.materialize(theta, mc)
   scores = scoring.set_scores(hp, query, batch["members"], batch["mask"])
   b = scores.shape[0]
   penalty_on = theta.get("m", jnp.zeros((0,), hp.tool_embeddings.dtype))
   loss, parts = losses.total_loss(scores, jnp.zeros(b, jnp.int32), jnp.zeros(b, jnp.float32),
                                   penalty_on, eta=0.0, l2=tc.interaction_l2)
   if tc.tool_loss_weight:
-    logits = scoring.tool_logits(query, hp.projection, hp.tool_embeddings)
+    logits = scoring.query_logits(hp, query)
     parts["loss_tool"] = losses.tool_loss(logits, batch["members"][:, 0], batch["mask"][:, 0])
     loss = loss + tc.tool_loss_weight * parts["loss_tool"]
     parts["loss"] = loss
@@ -174,7 +176,7 @@ def joint_step(state: JointState, frozen, batch: dict[str, Any], *, spec,
       state.params, frozen, batch, spec=spec, mc=mc, tc=tc)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  params = dict(params, theta=train.project(params["theta"]))
+  params = dict(params, theta=model.constrain(params["theta"]))
   parts["grad_norm_theta"] = optax.tree.norm(grads["theta"])
   if grads["encoder"] is not None:
     parts["grad_norm_encoder"] = optax.tree.norm(grads["encoder"])
@@ -209,16 +211,9 @@ def _jit_forward(spec):
   return jax.jit(functools.partial(tuning.forward, spec))
 
 
-def _pad_gold(gold: list[tuple[int, ...]], width: int) -> np.ndarray:
-  padded = np.zeros((len(gold), width), np.int32)
-  for i, g in enumerate(gold):
-    padded[i, :len(g)] = g
-  return padded
-
-
-def theta_from_model_dir(path: str | pathlib.Path, data: train.TrainingData,
+def theta_from_model_dir(path: str | pathlib.Path, data: TrainingData,
                          mc: config_lib.ModelConfig) -> dict[str, jax.Array]:
-  """θ's trained leaves (as ``train.init_trainable`` lays them out) from a saved model
+  """θ's trained leaves (as ``model.init_theta`` lays them out) from a saved model
   directory, e.g. the ``best/`` of a ``hyset train`` run: fine-tuning then starts from a
   trained θ instead of the dense start.
 
@@ -226,24 +221,33 @@ def theta_from_model_dir(path: str | pathlib.Path, data: train.TrainingData,
     UserError: the directory's tools, M or interaction layout do not match the config.
   """
   from hyset_jax import modeldir
-  model = modeldir.load_model_dir(path)
-  if tuple(model.tool_ids) != tuple(data.tool_ids):
+  saved = modeldir.load_model_dir(path)
+  if tuple(saved.tool_ids) != tuple(data.tool_ids):
     raise UserError(f"{path}: its tool_ids are not the data set's tools in the same order")
-  if model.max_set_size != mc.max_set_size:
-    raise UserError(f"{path}: max_set_size {model.max_set_size}, the config has "
+  if saved.max_set_size != mc.max_set_size:
+    raise UserError(f"{path}: max_set_size {saved.max_set_size}, the config has "
                     f"model.max_set_size = {mc.max_set_size}")
-  f32 = lambda a: jnp.asarray(a, jnp.float32)
-  ms = f32(model.params.interactions)
-  theta = {"z": f32(model.params.tool_embeddings), "p": f32(model.params.projection)}
+  params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), saved.params)
+  if (params.tower is not None) != (mc.tower_depth > 0):
+    raise UserError(f"{path}: {'has' if params.tower is not None else 'has no'} query tower, "
+                    f"the config has model.tower_depth = {mc.tower_depth}")
+  if (params.conditioned is not None) != mc.conditioned:
+    raise UserError(f"{path}: {'has' if params.conditioned is not None else 'has no'} "
+                    f"query-conditioned term, the config has model.conditioned = {mc.conditioned}")
+  theta = {"z": params.tool_embeddings, "p": params.projection}
   if mc.interaction == "per_cardinality":
-    theta["m"] = ms
+    theta["m"] = params.interactions
   elif mc.interaction == "shared":
-    theta["m"] = ms[:1]
+    theta["m"] = params.interactions[:1]
+  if params.tower is not None:
+    theta["tower"] = params.tower
+  if params.conditioned is not None:
+    theta["conditioned"] = params.conditioned
   return theta
 
 
 def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | pathlib.Path, *,
-             data: train.TrainingData | None = None, init_model: str | pathlib.Path | None = None,
+             data: TrainingData | None = None, init_model: str | pathlib.Path | None = None,
              force: bool = False, progress: bool = True, export: bool = True) -> dict[str, Any]:
   """Trains θ and the query encoder jointly for ``config.train.num_steps`` steps.
 
@@ -252,7 +256,7 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
     tune: the encoder's side.
     out: the output directory (see the module docstring); refused if it exists and is not
       empty, unless ``force``.
-    data: already prepared data (default: ``train.prepare_data(config)``).
+    data: already prepared data (default: ``train_data.prepare_data(config)``).
     init_model: start θ from this model directory (:func:`theta_from_model_dir`) instead of
       the dense start.
     progress: show progress bars.
@@ -271,7 +275,7 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
   out = check_target(pathlib.Path(out), force)
   ensure_writable_dir(out, "output folder")  # before the run: a finished run must not fail here
   tc, mc = config.train, config.model
-  data = data or train.prepare_data(config)
+  data = data or prepare_data(config)
   splits = {"train": config.data.train_split, "validation": config.data.val_split,
             "test": config.data.test_split}
   splits = {k: v for k, v in splits.items() if v in data.splits}
@@ -299,7 +303,7 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
   t_cache = time.perf_counter() - t_start
 
   def evaluate(theta, encoder_params) -> dict[str, dict[str, float]]:
-    hp = train.materialize(theta, mc)
+    hp = model.materialize(theta, mc)
     result = {}
     for key in ("validation", "test"):
       if key not in splits:
@@ -308,24 +312,22 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
       if spec is not None and encoder_params is not None:
         qs = dataclasses.replace(qs, embeddings=_embed_table(spec, frozen, encoder_params,
                                                              tables[key], tune.cache_batch_size))
-      result[key] = train.evaluate_split(hp, qs, data.tool_ids, mc, tc.eval_batch_size)
+      result[key] = evaluate_split(hp, qs, data.tool_ids, mc, tc.eval_batch_size)
     return result
 
   if init_model is not None:
     theta = theta_from_model_dir(init_model, data, mc)
   else:
-    theta = train.init_trainable(data.tool_embeddings, train_qs.embeddings.shape[1], mc, tc.seed)
+    theta = model.init_theta(data.tool_embeddings, train_qs.embeddings.shape[1], mc, tc.seed)
   # Step 0: every mode starts as the frozen encoder (LoRA's B = 0), so the frozen vectors
   # give the "before" numbers (tests/test_encoder_tuning.py checks the equality).
   before = evaluate(theta, None)
+  n_encoder_params = tuning.count_params(enc_params) if enc_params is not None else 0
   optimizer = make_optimizer(config, tune)
   params = {"theta": theta, "encoder": enc_params}
   state = JointState(params, optimizer.init(params))
   step_fn = jax.jit(functools.partial(joint_step, spec=spec, mc=mc, tc=tc, optimizer=optimizer),
                     donate_argnums=(0,))
-  shortlist_fn = jax.jit(inference.shortlist, static_argnames=("k1", "k_pool", "max_size"))
-  neighbor_fn = train.gold_neighbors
-
   current = np.array(train_qs.embeddings, np.float32)  # last seen r(x) per training query
   n_train = len(train_qs.ids)
   step_seconds, losses_seen = [], []
@@ -336,23 +338,16 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
   t_loop = time.perf_counter()
   for step in range(tc.num_steps):
     t0 = time.perf_counter()
-    idx = train.batch_indices(tc.seed, step, tc.batch_size, n_train)
-    gold = [train_qs.gold[i] for i in idx]
-    z = state.params["theta"]["z"]
-    nbrs = np.asarray(neighbor_fn(z, _pad_gold(gold, mc.max_set_size), tc.hard_neighbors))
-    shortlists = None
-    if tc.shortlist_negatives:
-      hp = train.materialize(state.params["theta"], mc)
-      shortlists = np.asarray(shortlist_fn(hp, current[idx], k1=mc.k1, k_pool=mc.k_pool,
-                                           max_size=mc.max_set_size).tools)
-    pools = negatives.sample_pools(gold, list(range(len(idx))), num_tools=len(data.tool_ids),
-                                   k_neg=tc.k_neg, max_size=mc.max_set_size,
-                                   mix=tc.negative_mix, neighbors=nbrs, seed=tc.seed, step=step,
-                                   shortlists=shortlists,
-                                   shortlist_fraction=tc.shortlist_negatives)
-    batch: dict[str, Any] = {"members": pools.members, "mask": pools.mask}
+    # The training loop's own batch: the same queries, pools and negatives for a step (its
+    # shortlist negatives from the last-seen vectors).
+    idx = batches.batch_indices(tc.seed, step, tc.batch_size, n_train)
+    pooled = batches.make_batch(step, model.materialize(state.params["theta"], mc),
+                                dataclasses.replace(train_qs, embeddings=current),
+                                range(tc.batch_size), num_tools=len(data.tool_ids), mc=mc, tc=tc,
+                                rewards={})
+    batch: dict[str, Any] = {"members": pooled.members, "mask": pooled.mask}
     if spec is None:
-      batch["query"] = train_qs.embeddings[idx]
+      batch["query"] = pooled.query
     else:
       batch["text"] = tables["train"].batch(idx)
     state, parts, query = step_fn(state, frozen, batch)
@@ -378,8 +373,7 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
       "batch_size": tc.batch_size,
       "train_queries": n_train,
       "init_model": str(init_model) if init_model is not None else None,
-      "encoder_trainable_params": tuning.count_params(enc_params) if enc_params is not None
-                                  else 0,
+      "encoder_trainable_params": n_encoder_params,
       "before": before,
       "after": after,
       "loss_first": losses_seen[0] if losses_seen else None,
@@ -394,12 +388,11 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
     query_encoder = data.query_encoder
     if encoder is not None:
       from hyset_jax.encoder.st_export import save_sentence_transformer
-      model = tuning.merged_model(spec, frozen, state.params["encoder"])
-      enc_dir = save_sentence_transformer(model, encoder, out / "encoder", force=True)
+      tuned = tuning.merged_model(spec, frozen, state.params["encoder"])
+      enc_dir = save_sentence_transformer(tuned, encoder, out / "encoder", force=True)
       query_encoder = str(enc_dir.resolve())
-    hp = train.materialize(state.params["theta"], mc)
-    train.export_params(hp, dataclasses.replace(data, query_encoder=query_encoder), mc,
-                        out / "model", force=True)
+    workdir.export_model(model.materialize(state.params["theta"], mc), data.tool_ids,
+                         query_encoder, mc, out / "model", force=True)
   with atomic_write(out / "metrics.json") as f:
     f.write(json.dumps(summary, indent=1) + "\n")
   return summary

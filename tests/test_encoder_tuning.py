@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from hyset_jax import config as config_lib
-from hyset_jax import finetune, modeldir, negatives, train
+from hyset_jax import finetune, model, modeldir, negatives, train_data
 from hyset_jax.encoder import layer_cache, load_encoder, st_export, tuning
 from hyset_jax.errors import UserError
 from test_encoder import TINY, write_tiny_model
@@ -112,7 +112,7 @@ def test_lora_merge_adds_the_scaled_product(tiny):
 # --- Joint optimisation ----------------------------------------------------------------------
 
 
-def tiny_data(encoder) -> train.TrainingData:
+def tiny_data(encoder) -> train_data.TrainingData:
   """6 tools, 24 training queries over 3 gold sets, 8 validation and 8 test queries."""
   tools = ["weather forecast for a city", "book flights and hotels", "currency exchange rates",
            "calendar events and reminders", "send an email message", "translate text"]
@@ -128,10 +128,10 @@ def tiny_data(encoder) -> train.TrainingData:
       texts.append(f"{phrases[kind]} {cities[(i + offset) % len(cities)]} {i}")
       gold.append(gold_by_kind[kind])
     emb = encoder.encode(texts)
-    return train.QuerySet(tuple(f"q{offset}-{i}" for i in range(n)), tuple(texts), emb,
+    return train_data.QuerySet(tuple(f"q{offset}-{i}" for i in range(n)), tuple(texts), emb,
                           tuple(gold))
 
-  return train.TrainingData(tuple(f"t{i}" for i in range(6)), encoder.encode(tools),
+  return train_data.TrainingData(tuple(f"t{i}" for i in range(6)), encoder.encode(tools),
                             encoder.name, {"train": split(24, 0), "validation": split(8, 3),
                                            "test": split(8, 5)})
 
@@ -169,7 +169,7 @@ def test_a_few_joint_steps_lower_the_loss(tiny, mode):
     if spec.from_hidden:
       table = layer_cache.with_lower_states(table, tiny, qs.texts, spec.start_layer)
     batch["text"] = table.batch(rows)
-  theta = train.init_trainable(data.tool_embeddings, 8, mc, 0)
+  theta = model.init_theta(data.tool_embeddings, 8, mc, 0)
   # θ frozen here (learning rate ~0 through a huge warm-up) except in the control, so the
   # drop in loss is the encoder's doing.
   if mode != "frozen":
@@ -206,9 +206,9 @@ def test_finetune_end_to_end_exports_a_loadable_encoder(tiny, tmp_path):
   assert summary["steps"] == 3 and summary["encoder_trainable_params"] > 0
   assert set(summary["after"]) == {"validation", "test"}
   assert json.loads((out / "metrics.json").read_text())["mode"] == "top_layers"
-  model = modeldir.load_model_dir(out / "model")
-  assert model.query_encoder == str((out / "encoder").resolve())
-  tuned = load_encoder(model.query_encoder)
+  saved = modeldir.load_model_dir(out / "model")
+  assert saved.query_encoder == str((out / "encoder").resolve())
+  tuned = load_encoder(saved.query_encoder)
   assert tuned.name == "encoder" and tuned.dim == 8
   moved = np.abs(tuned.encode(TEXTS) - tiny.encode(TEXTS)).max()
   assert moved > 1e-4  # the exported weights are the trained ones, not the source's
