@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> dict:
   tune = EncoderTuneConfig(mode=args.mode, n_layers=args.n_layers, lora_rank=args.lora_rank,
                            learning_rate=args.encoder_lr)
   from hyset_jax.encoder import layer_cache, load_encoder
-  from hyset_jax.train import prepare_data
+  from hyset_jax.train_data import prepare_data
   t0 = time.time()
   data = prepare_data(config)
   summary = finetune(config, tune, args.out, data=data, init_model=args.init_model,
