@@ -289,6 +289,10 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
     if encoder.name != data.query_encoder:
       raise UserError(f"the prepared data was encoded with {data.query_encoder!r}, but "
                       f"model.encoder loads {encoder.name!r}")
+    layers = encoder.config.num_hidden_layers
+    if tune.mode == "top_layers" and tune.n_layers > layers:
+      raise UserError(f"tune.n_layers = {tune.n_layers}, but {encoder.name} has {layers} "
+                      f"blocks; use mode=full to train all of them")
     spec, frozen, enc_params = tuning.split_encoder(
         encoder, tune.mode, n_layers=tune.n_layers, lora_rank=tune.lora_rank,
         lora_alpha=tune.lora_alpha, seed=tc.seed)

@@ -221,9 +221,18 @@ def test_finetune_end_to_end_exports_a_loadable_encoder(tiny, tmp_path):
     (dict(n_layers=0), r"tune.n_layers must be ≥ 1"),
     (dict(learning_rate=0.0), "must be > 0"),
 ])
-def test_bad_tune_config(tmp_path, change, message):
+def test_bad_tune_config(change, message):
   with pytest.raises(UserError, match=message):
     finetune.validate_tune(finetune.EncoderTuneConfig(**change), tiny_config())
+
+
+def test_more_layers_than_the_encoder_has(tiny, tmp_path):
+  config = tiny_config()
+  config = dataclasses.replace(config, model=dataclasses.replace(
+      config.model, encoder=str(tiny.model_dir)))
+  with pytest.raises(UserError, match="tune.n_layers = 4, but .* has 3 blocks"):
+    finetune.finetune(config, finetune.EncoderTuneConfig(n_layers=4), tmp_path / "out",
+                      data=tiny_data(tiny), progress=False)
 
 
 def test_rewards_refused():
