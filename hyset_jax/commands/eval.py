@@ -40,6 +40,10 @@ def add_parser(subparsers: Any) -> None:
                  help="frozen encoder checkpoint directory (default: all-MiniLM-L6-v2; "
                       "with --model, the query_encoder its manifest names)")
   p.add_argument("--limit", type=int, metavar="N", help="score only the first N queries of the split")
+  from hyset_jax import choices
+  p.add_argument("--ranking", choices=choices.RANKINGS, default=None,
+                 help="--method hyset: how the shortlist is ranked (default: the model's, else "
+                      f"{choices.DEFAULT_RANKING})")
   p.add_argument("--out", required=True, metavar="FILE", help="where to write the metrics JSON")
   p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
   p.set_defaults(func=run)
@@ -48,6 +52,8 @@ def add_parser(subparsers: Any) -> None:
 def _check_args(args: argparse.Namespace) -> None:
   if args.model is not None and args.method != "hyset":
     raise UserError(f"--model is only used with --method hyset, not --method {args.method}")
+  if args.ranking is not None and args.method != "hyset":
+    raise UserError(f"--ranking is only used with --method hyset, not --method {args.method}")
   if args.encoder is not None and args.method == "bm25":
     raise UserError("--encoder is not used by --method bm25 (it has no encoder)")
   if args.limit is not None and args.limit < 1:
@@ -62,7 +68,8 @@ def _load_encoder(path: str | None) -> Any:
   return load_encoder(model_dir=path)
 
 
-def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary) -> Any:
+def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary,
+                          ranking: str | None = None) -> Any:
   """A HysetRetriever from a ``hyset/1`` directory, checked against the data's library."""
   from hyset_jax.modeldir import load_model_dir
   from hyset_jax.retrievers import HysetRetriever
@@ -80,17 +87,18 @@ def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary
           f"(e.g. {', '.join(missing[:3])}); they can never be retrieved", file=sys.stderr)
   encoder = _load_encoder(encoder_dir if encoder_dir is not None else model.query_encoder)
   return HysetRetriever(model.params, model_ids, encoder,
-                        k1=model.k1, k_pool=model.k_pool, max_size=model.max_set_size)
+                        k1=model.k1, k_pool=model.k_pool, max_size=model.max_set_size,
+                        ranking=ranking or model.ranking)
 
 
 def build_retriever(method: str, tools: ToolLibrary, *, model: str | None = None,
-                    encoder_dir: str | None = None) -> Any:
+                    encoder_dir: str | None = None, ranking: str | None = None) -> Any:
   """The retriever ``--method`` names, over the data set's tool library."""
   from hyset_jax import retrievers
   if method == "bm25":
     return retrievers.BM25Retriever(tools)
   if method == "hyset" and model is not None:
-    return _hyset_from_model_dir(model, encoder_dir, tools)
+    return _hyset_from_model_dir(model, encoder_dir, tools, ranking)
   encoder = _load_encoder(encoder_dir)
   if method == "dense":
     return retrievers.DenseRetriever(tools, encoder)
@@ -99,7 +107,7 @@ def build_retriever(method: str, tools: ToolLibrary, *, model: str | None = None
     return retrievers.FusionRetriever(
         [retrievers.BM25Retriever(tools), retrievers.DenseRetriever(tools, encoder)])
   if method == "hyset":
-    return retrievers.HysetRetriever.untrained(tools, encoder)
+    return retrievers.HysetRetriever.untrained(tools, encoder, ranking=ranking)
   raise UserError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
 
 
@@ -130,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
                     f"(e.g. {', '.join(no_gold[:3])}); metrics are undefined for them")
 
   retriever = build_retriever(args.method, dataset.tools, model=args.model,
-                              encoder_dir=args.encoder)
+                              encoder_dir=args.encoder, ranking=args.ranking)
   result = retriever.retrieve([q.text for q in queries], depth=EVAL_DEPTH)
   metrics = evaluate(result.rankings, [q.gold for q in queries], result.sets)
 
