@@ -75,6 +75,9 @@ class ModelConfig:
   # and a per-size preference, both linear in q(r). Off = the paper's query-independent F_set.
   conditioned: bool = False
   conditioned_rank: int = 16
+  # The ranking recorded in the model directory: "auto" picks greedy, logit or set-first on the
+  # validation split after training (the delivered set is the same for all three).
+  ranking: Literal["auto", "greedy", "logit", "set-first"] = "auto"
 
 
 @dataclasses.dataclass
