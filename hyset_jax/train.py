@@ -25,11 +25,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from hyset_jax import batches, checkpoints, curves, losses, model, rewards, scoring, sharding
+from hyset_jax import batches, checkpoints, curves, inference, losses, model, rewards, scoring
+from hyset_jax import sharding
 from hyset_jax import config as config_lib
 from hyset_jax import workdir as workdir_lib
 from hyset_jax.errors import UserError
-from hyset_jax.evaluation import evaluate_split
+from hyset_jax.evaluation import RANK_METRICS, choose_ranking, evaluate_split
 from hyset_jax.train_data import TrainingData, prepare_data
 
 log = logging.getLogger("hyset_jax.train")
@@ -132,8 +133,11 @@ def validate_and_keep_best(state: TrainState, loop: LoopState, done: int, *, dat
   """Validation metrics at ``done`` steps; best/ and the patience count follow Recall@5."""
   mc = config.model
   params = model.materialize(state.theta, mc)
+  # During training "auto" validates with the paper's greedy ranking; the method is chosen once,
+  # on the best model, at the end (_finish).
   vm = evaluate_split(params, data.splits[config.data.val_split], data.tool_ids, mc,
-                      config.train.eval_batch_size)
+                      config.train.eval_batch_size,
+                      ranking=None if mc.ranking == "auto" else mc.ranking)
   if sharding.first_process_decides(vm["recall@5"] > loop.best_recall5):
     loop = dataclasses.replace(loop, best_recall5=vm["recall@5"], best_step=done, stale_evals=0)
     if jax.process_index() == 0:
@@ -252,21 +256,37 @@ def _train(config, workdir, data, num_devices, progress, stop_after) -> dict[str
 
 
 def _finish(state, loop, data, config, workdir, mlog, seconds) -> dict[str, Any]:
-  """final/, the curves, and the best model's test metrics."""
+  """The ranking method (chosen on validation for model.ranking = auto), best/ and final/ with
+  it, the curves, and the best model's test metrics."""
+  from hyset_jax import modeldir
   mc, pid = config.model, jax.process_index()
+  best = modeldir.load_model_dir(workdir / "best") if (workdir / "best").exists() else None
+  ranking, by_ranking = mc.ranking, None
+  if ranking == "auto":
+    ranking = inference.DEFAULT_RANKING
+    if best is not None:
+      ranking, by_ranking = choose_ranking(best.params, data.splits[config.data.val_split],
+                                           data.tool_ids, mc, config.train.eval_batch_size)
+      log.info("ranking %r chosen on validation (mean of %s)", ranking, ", ".join(RANK_METRICS))
   if pid == 0:
+    if best is not None and best.ranking != ranking:
+      modeldir.save_model_dir(workdir / "best", dataclasses.replace(best, ranking=ranking),
+                              force=True)
     workdir_lib.export_model(model.materialize(state.theta, mc), data.tool_ids,
-                             data.query_encoder, mc, workdir / "final", force=True)
+                             data.query_encoder, mc, workdir / "final", ranking=ranking,
+                             force=True)
+    if by_ranking is not None:
+      mlog.write({"step": loop.step, "ranking": ranking, "validation_by_ranking": by_ranking})
     if mlog.rows:
       curves.plot_curves(mlog.rows, workdir / "curves.png")
   summary = {"steps": loop.step, "best_step": loop.best_step,
-             "best_val_recall@5": loop.best_recall5, "train_seconds_this_run": round(seconds, 2)}
+             "best_val_recall@5": loop.best_recall5, "ranking": ranking,
+             "train_seconds_this_run": round(seconds, 2)}
   sharding.barrier("hyset_train_exports_written")  # process 0 wrote best/ and final/
-  if (workdir / "best").exists() and config.data.test_split in data.splits:
-    from hyset_jax import modeldir
-    best = modeldir.load_model_dir(workdir / "best")
+  if best is not None and config.data.test_split in data.splits:
     summary["test"] = evaluate_split(best.params, data.splits[config.data.test_split],
-                                     data.tool_ids, mc, config.train.eval_batch_size)
+                                     data.tool_ids, mc, config.train.eval_batch_size,
+                                     ranking=ranking)
     if pid == 0:
       import json
       (workdir / "test_metrics.json").write_text(json.dumps(summary["test"], indent=1) + "\n")
