@@ -165,9 +165,10 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
     return tuple(inference.shortlist(params, query_embeddings, k1, k_pool, max_size))
 
   def stage2_fn(query_embeddings, shortlist, shortlist_logits):
-    return inference.rerank(params, query_embeddings,
-                            inference.Shortlist(shortlist, shortlist_logits),
-                            k_pool=k_pool, max_size=max_size)
+    # A plain tuple: the artifact must load where inference.Reranked is not registered.
+    return tuple(inference.rerank(params, query_embeddings,
+                                  inference.Shortlist(shortlist, shortlist_logits),
+                                  k_pool=k_pool, max_size=max_size))
 
   def predict(query_embeddings):
     p = inference.predict(params, query_embeddings, k1=k1, k_pool=k_pool, max_size=max_size)
