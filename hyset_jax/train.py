@@ -26,11 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-<<<<<<< HEAD
-from hyset_jax import batches, checkpoints, curves, inference, losses, model, rewards, scoring
-=======
-from hyset_jax import batches, checkpoints, curves, dry_run, losses, model, rewards, scoring
->>>>>>> sharding
+from hyset_jax import batches, checkpoints, curves, dry_run, inference, losses, model, rewards
+from hyset_jax import scoring
 from hyset_jax import sharding
 from hyset_jax import config as config_lib
 from hyset_jax import workdir as workdir_lib
@@ -171,13 +168,9 @@ def validate_and_keep_best(state: TrainState, loop: LoopState, done: int, *, dat
                            ) -> tuple[LoopState, dict[str, float]]:
   """Validation metrics at ``done`` steps; best/ and the patience count follow Recall@5."""
   mc = config.model
-<<<<<<< HEAD
-  params = model.materialize(state.theta, mc)
+  params = sharding.to_host(model.materialize(state.theta, mc))  # Z may be split over hosts
   # During training "auto" validates with the paper's greedy ranking; the method is chosen once,
   # on the best model, at the end (_finish).
-=======
-  params = sharding.to_host(model.materialize(state.theta, mc))  # Z may be split over hosts
->>>>>>> sharding
   vm = evaluate_split(params, data.splits[config.data.val_split], data.tool_ids, mc,
                       config.train.eval_batch_size,
                       ranking=None if mc.ranking == "auto" else mc.ranking)
@@ -314,7 +307,6 @@ def _finish(state, loop, data, config, workdir, mlog, seconds) -> dict[str, Any]
   it, the curves, and the best model's test metrics."""
   from hyset_jax import modeldir
   mc, pid = config.model, jax.process_index()
-<<<<<<< HEAD
   best = modeldir.load_model_dir(workdir / "best") if (workdir / "best").exists() else None
   ranking, by_ranking = mc.ranking, None
   if ranking == "auto":
@@ -323,21 +315,15 @@ def _finish(state, loop, data, config, workdir, mlog, seconds) -> dict[str, Any]
       ranking, by_ranking = choose_ranking(best.params, data.splits[config.data.val_split],
                                            data.tool_ids, mc, config.train.eval_batch_size)
       log.info("ranking %r chosen on validation (mean of %s)", ranking, ", ".join(RANK_METRICS))
+  params = sharding.to_host(model.materialize(state.theta, mc))  # on every process: a gather
   if pid == 0:
     if best is not None and best.ranking != ranking:
       modeldir.save_model_dir(workdir / "best", dataclasses.replace(best, ranking=ranking),
                               force=True)
-    workdir_lib.export_model(model.materialize(state.theta, mc), data.tool_ids,
-                             data.query_encoder, mc, workdir / "final", ranking=ranking,
-                             force=True)
+    workdir_lib.export_model(params, data.tool_ids, data.query_encoder, mc, workdir / "final",
+                             ranking=ranking, force=True)
     if by_ranking is not None:
       mlog.write({"step": loop.step, "ranking": ranking, "validation_by_ranking": by_ranking})
-=======
-  params = sharding.to_host(model.materialize(state.theta, mc))  # on every process: a gather
-  if pid == 0:
-    workdir_lib.export_model(params, data.tool_ids, data.query_encoder, mc, workdir / "final",
-                             force=True)
->>>>>>> sharding
     if mlog.rows:
       curves.plot_curves(mlog.rows, workdir / "curves.png")
   summary = {"steps": loop.step, "best_step": loop.best_step,
