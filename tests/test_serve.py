@@ -1,0 +1,233 @@
+"""``hyset serve`` over HTTP: same answers as ``hyset predict``, field-named errors, batching,
+and a clean SIGTERM with requests in flight — on a small model trained in the fixture."""
+import asyncio
+import json
+import signal
+import threading
+import time
+
+import pytest
+from starlette.testclient import TestClient
+
+from hyset_jax import cli
+from hyset_jax.serve.app import create_app
+from hyset_jax.serve.batching import MicroBatcher
+from hyset_jax.serve.retriever import RANKINGS, load_retriever
+
+import serving
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+  return serving.train_tiny_model(tmp_path_factory.mktemp("serve") / "run")
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory):
+  return serving.write_library(tmp_path_factory.mktemp("lib") / "tools.json")
+
+
+@pytest.fixture(scope="module")
+def retriever(model_dir, library):
+  return load_retriever(str(model_dir), [f"mcp:{library}"], max_batch=8, log=lambda _: None)
+
+
+@pytest.fixture(scope="module")
+def client(retriever):
+  app = create_app(retriever, max_batch=8, max_wait_ms=2, max_body_bytes=4096, max_queries=16)
+  with TestClient(app, raise_server_exceptions=False) as c:  # a 500 is asserted, not raised
+    yield c
+
+
+def predict_rows(tmp_path, model_dir, texts, *extra):
+  queries = tmp_path / "q.jsonl"
+  queries.write_text("".join(json.dumps({"_id": f"q{i}", "text": t}) + "\n"
+                             for i, t in enumerate(texts)))
+  out = tmp_path / "pred.jsonl"
+  assert cli.main(["predict", "--model", str(model_dir), "--queries", str(queries),
+                   "--out", str(out), "--force", *extra]) == 0
+  return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def assert_same(served, predicted):
+  assert len(served) == len(predicted)
+  for s, p in zip(served, predicted):
+    assert s["set"] == p["set"]
+    assert s["ranking"] == p["ranking"]
+    assert s["shortlist"] == p["shortlist"]
+    assert s["set_score"] == pytest.approx(p["set_score"], abs=1e-5)
+
+
+def test_retrieve_gives_the_values_of_predict(tmp_path, client, model_dir):
+  r = client.post("/v1/retrieve", json={"queries": serving.QUERIES})
+  assert r.status_code == 200, r.text
+  served = r.json()["results"]
+  assert_same(served, predict_rows(tmp_path, model_dir, serving.QUERIES))
+  # The model really is trained: its interaction matrices are not the zero start.
+  assert any(len(row["set"]) > 1 for row in served)
+  # Each set member comes with its definition from the library.
+  for row in served:
+    assert [t["id"] for t in row["tools"]] == row["set"]
+    for t in row["tools"]:
+      assert t["name"] == t["id"] and t["description"] == f"Tool number {t['id'][1:]}."
+      assert t["parameters"]["required"] == ["x"]
+  one = client.post("/v1/retrieve", json={"query": serving.QUERIES[2]}).json()["results"]
+  assert_same(one, served[2:3])
+
+
+def test_per_request_options_match_predict_flags(tmp_path, client, model_dir):
+  r = client.post("/v1/retrieve", json={"queries": serving.QUERIES, "max_size": 2,
+                                        "k_pool": 6, "ranking": RANKINGS[0]})
+  assert r.status_code == 200, r.text
+  served = r.json()["results"]
+  assert all(len(row["set"]) <= 2 and len(row["shortlist"]) == 6 for row in served)
+  assert_same(served, predict_rows(tmp_path, model_dir, serving.QUERIES, "--max-size", "2",
+                                   "--k-pool", "6"))
+
+
+@pytest.mark.parametrize("body,status,field", [
+    ({"query": ""}, 422, "query"),
+    ({"query": "   "}, 422, "query"),
+    ({}, 422, "query"),
+    ({"query": "a", "queries": ["b"]}, 422, "query"),
+    ({"queries": []}, 422, "queries"),
+    ({"queries": ["ok", " "]}, 422, "queries[1]"),
+    ({"queries": ["ok", 7]}, 422, "queries[1]"),
+    ({"queries": ["q"] * 17}, 422, "queries"),
+    ({"query": 3}, 422, "query"),
+    ({"query": "a", "max_size": 4}, 422, "max_size"),
+    ({"query": "a", "max_size": 1}, 422, "max_size"),
+    ({"query": "a", "max_size": "2"}, 422, "max_size"),
+    ({"query": "a", "max_size": True}, 422, "max_size"),
+    ({"query": "a", "k_pool": 4}, 422, "k_pool"),
+    ({"query": "a", "k_pool": 41}, 422, "k_pool"),
+    ({"query": "a", "ranking": "best"}, 422, "ranking"),
+    ({"query": "a", "limit": 3}, 422, "limit"),
+    (b"{not json", 400, "body"),
+    (b"[1, 2]", 422, "body"),
+    ({"query": "x" * 5000}, 413, "body"),
+])
+def test_bad_requests_name_the_field(client, body, status, field):
+  if isinstance(body, bytes):
+    r = client.post("/v1/retrieve", content=body, headers={"Content-Type": "application/json"})
+  else:
+    r = client.post("/v1/retrieve", json=body)
+  assert r.status_code == status, r.text
+  err = r.json()["error"]
+  assert err["field"] == field and err["message"]
+  # The server is still fine.
+  assert client.post("/v1/retrieve", json={"query": "hello"}).status_code == 200
+
+
+def test_streamed_body_over_the_limit(client):
+  def chunks():
+    for _ in range(10):
+      yield b" " * 1000
+  r = client.post("/v1/retrieve", content=chunks(), headers={"Content-Type": "application/json"})
+  assert r.status_code == 413 and r.json()["error"]["field"] == "body"
+
+
+def test_internal_error_is_500_and_the_server_lives(client, retriever, monkeypatch):
+  def broken(texts):
+    raise RuntimeError("encoder down")
+  with monkeypatch.context() as m:
+    m.setattr(retriever, "encode", broken)
+    r = client.post("/v1/retrieve", json={"query": "hello"})
+  assert r.status_code == 500 and "encoder down" in r.json()["error"]["message"]
+  assert client.post("/v1/retrieve", json={"query": "hello"}).status_code == 200
+
+
+def test_tools_health_and_docs(client):
+  tools = client.get("/v1/tools").json()
+  assert tools["count"] == 40 and [t["id"] for t in tools["tools"]] == [f"t{i}" for i in range(40)]
+  health = client.get("/healthz").json()
+  assert health["status"] == "ok" and health["tools"] == 40 and health["max_set_size"] == 3
+  assert list(health["rankings"]) == list(RANKINGS)
+  assert client.get("/docs").status_code == 200
+  spec = client.get("/openapi.json").json()
+  assert "/v1/retrieve" in spec["paths"] and "/v1/tools" in spec["paths"]
+  assert client.get("/nowhere").json()["error"]["message"]
+
+
+def test_concurrent_requests_share_device_calls(client):
+  """Requests sent together are answered by fewer device calls than requests."""
+  before = client.get("/healthz").json()["batching"]
+  results = [None] * 12
+
+  def call(i):
+    results[i] = client.post("/v1/retrieve", json={"query": serving.QUERIES[i % 6]})
+  threads = [threading.Thread(target=call, args=(i,)) for i in range(12)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert all(r.status_code == 200 for r in results)
+  after = client.get("/healthz").json()["batching"]
+  assert after["requests"] - before["requests"] == 12
+  assert after["batches"] - before["batches"] < 12
+  assert after["largest_batch"] > 1
+  # Same query, same answer, whatever batch it rode in.
+  assert results[0].json() == results[6].json()
+
+
+def test_micro_batcher_groups_and_survives_failures():
+  calls = []
+
+  def run(batch):
+    calls.append([texts for texts, _ in batch])
+    if any("boom" in t for texts, _ in batch for t in texts):
+      raise ValueError("boom")
+    return [[t.upper() for t in texts] for texts, _ in batch]
+
+  async def main():
+    b = MicroBatcher(run, max_batch=4, max_wait_s=0.05)
+    await b.start()
+    out = await asyncio.gather(*(b.submit([f"q{i}"], None) for i in range(6)))
+    big = await b.submit(["a", "b", "c", "d", "e"], None)  # larger than max_batch: alone
+    with pytest.raises(ValueError):
+      await b.submit(["boom"], None)
+    after = await b.submit(["z"], None)
+    await b.stop()
+    return out, big, after, b.stats
+
+  out, big, after, stats = asyncio.run(main())
+  assert out == [[f"Q{i}"] for i in range(6)]
+  assert [len(c) for c in calls[:2]] == [4, 2]  # max_batch 4 queries per call
+  assert big == ["A", "B", "C", "D", "E"] and after == ["Z"]
+  assert stats.requests == 9
+
+
+def test_sigterm_answers_requests_in_flight(model_dir, library):
+  port = serving.free_port()
+  url = f"http://127.0.0.1:{port}"
+  # A long batching wait holds requests in the server when SIGTERM arrives.
+  with serving.server_process(["--model", str(model_dir), "--tools", f"mcp:{library}",
+                               "--max-batch", "8", "--max-wait-ms", "1500"], port) as proc:
+    answers = [None] * 6
+
+    def call(i):
+      answers[i] = serving.post(url + "/v1/retrieve", {"query": serving.QUERIES[i]})
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+    for t in threads:
+      t.start()
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    for t in threads:
+      t.join(timeout=60)
+    # uvicorn re-raises the captured SIGTERM once it has shut down cleanly, so the exit
+    # status is the signal's (what a supervisor expects), not a crash.
+    assert proc.wait(timeout=60) == -signal.SIGTERM
+    _, stderr = proc.communicate()
+  assert [a[0] for a in answers] == [200] * 6, stderr[-2000:]
+  assert all(len(a[1]["results"]) == 1 for a in answers)
+  assert "Finished server process" in stderr and "Traceback" not in stderr
+
+
+def test_serve_refuses_a_busy_port(model_dir, capsys):
+  import socket
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    assert cli.main(["serve", "--model", str(model_dir), "--port", str(port)]) == 2
+  assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
