@@ -3,6 +3,7 @@ and a clean SIGTERM with requests in flight — on a small model trained in the 
 import asyncio
 import json
 import signal
+import sys
 import threading
 import time
 
@@ -231,3 +232,57 @@ def test_serve_refuses_a_busy_port(model_dir, capsys):
     port = s.getsockname()[1]
     assert cli.main(["serve", "--model", str(model_dir), "--port", str(port)]) == 2
   assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- MCP
+
+def check_mcp_session(client_target, retriever):
+  """list_tools and call_tool through the SDK's own client; answers equal the retriever's."""
+  from mcp import Client
+
+  async def session():
+    async with Client(client_target) as c:
+      listed = (await c.list_tools()).tools
+      good = await c.call_tool("search_tools", {"query": serving.QUERIES[1]})
+      small = await c.call_tool("search_tools", {"query": serving.QUERIES[2], "max_size": 2})
+      bad = await c.call_tool("search_tools", {"query": "  "})
+      worse = await c.call_tool("search_tools", {"query": "x", "max_size": 9})
+      again = await c.call_tool("search_tools", {"query": serving.QUERIES[1]})
+      return listed, good, small, bad, worse, again
+
+  listed, good, small, bad, worse, again = asyncio.run(session())
+  assert [t.name for t in listed] == ["search_tools"]
+  assert listed[0].input_schema["required"] == ["query"]
+  assert "tools" in listed[0].output_schema["properties"]
+  expected = retriever.retrieve_batch([([serving.QUERIES[1]], retriever.defaults)])[0][0]
+  content = good.structured_content
+  assert not good.is_error
+  assert [t["id"] for t in content["tools"]] == expected["set"]
+  assert content["ranking"] == expected["ranking"]
+  assert content["set_score"] == pytest.approx(expected["set_score"], abs=1e-5)
+  for t in content["tools"]:
+    assert t["name"] == t["id"] and t["description"].startswith("Tool number")
+    assert t["inputSchema"]["properties"] == {"x": {"type": "integer"}}
+  assert json.loads(good.content[0].text) == content  # the same JSON as text
+  assert len(small.structured_content["tools"]) <= 2
+  assert bad.is_error and "query" in bad.content[0].text
+  assert worse.is_error and "max_size" in worse.content[0].text
+  assert again.structured_content == content  # the server survived the bad calls
+
+
+def test_mcp_over_stdio(model_dir, library, retriever):
+  from mcp import StdioServerParameters
+  params = StdioServerParameters(
+      command=sys.executable, cwd=str(serving.REPO), env=serving.env(),
+      args=["-m", "hyset_jax.cli", "serve", "--model", str(model_dir), "--tools",
+            f"mcp:{library}", "--mcp", "stdio", "--max-batch", "8", "--no-warm-up"])
+  check_mcp_session(params, retriever)
+
+
+def test_mcp_over_streamable_http(model_dir, library, retriever):
+  port = serving.free_port()
+  with serving.server_process(["--model", str(model_dir), "--tools", f"mcp:{library}",
+                               "--mcp", "http", "--max-batch", "8", "--no-warm-up"], port) as proc:
+    check_mcp_session(f"http://127.0.0.1:{port}/mcp", retriever)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)

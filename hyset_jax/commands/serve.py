@@ -48,6 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                  help="most queries in one request (default 256)")
   p.add_argument("--method", choices=METHODS, default="gather",
                  help="subset-enumeration implementation (default gather)")
+  p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                 help="start without compiling every batch size first (faster start, slower "
+                      "first requests)")
   p.add_argument("--shutdown-timeout", type=float, default=30.0,
                  help="seconds to finish requests in flight after SIGTERM (default 30)")
   p.set_defaults(func=run)
@@ -72,8 +75,9 @@ def run(args: argparse.Namespace) -> int:
   from hyset_jax.serve.retriever import load_retriever
   retriever = load_retriever(args.model, args.tools, method=args.method,
                              max_batch=args.max_batch)
-  print("compiling ...", file=sys.stderr)
-  retriever.warm_up()
+  if args.warm_up:
+    print("compiling ...", file=sys.stderr)
+    retriever.warm_up()
   if args.mcp:
     from hyset_jax.serve.mcp_server import run_mcp
     run_mcp(retriever, transport=args.mcp, host=args.host, port=args.port,

@@ -57,14 +57,12 @@ def build_server(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: floa
       "Call search_tools with the user's request to get the set of tools that together "
       "accomplish it, with their input schemas."))
 
-  @server.tool(name=TOOL_NAME, structured_output=True)
+  @server.tool(name=TOOL_NAME, structured_output=True, description=(
+      "Find the set of tools that together accomplish a request (set-level retrieval). "
+      "query: the request in natural language; max_size: the most tools to return "
+      f"(2 to {retriever.model.max_set_size}; default {retriever.model.max_set_size}). "
+      "Returns the tools with their names, descriptions and input schemas."))
   async def search_tools(query: str, max_size: int | None = None) -> SearchResult:
-    """Find the set of tools that together accomplish a request (HYSET set retrieval).
-
-    Args:
-      query: the request, in natural language.
-      max_size: the largest number of tools to return (default: the model's maximum).
-    """
     if not query.strip():
       raise ToolError("query: is empty; expected the request text")
     try:

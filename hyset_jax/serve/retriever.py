@@ -30,6 +30,10 @@ from hyset_jax.errors import UserError
 RANKINGS: tuple[str, ...] = tuple(getattr(inference, "RANKINGS", ("greedy",)))
 DEFAULT_RANKING = RANKINGS[0]
 _PASSES_RANKING = "ranking" in inspect.signature(inference.predict_batched).parameters
+# Encoder rows per forward pass in a server (see load_retriever), and the longest query length
+# (tokens) compiled at start-up; longer queries compile on first sight.
+ENCODER_ROWS = 8
+WARM_MAX_TOKENS = 128
 
 
 class FieldError(UserError):
@@ -79,6 +83,7 @@ class Retriever:
   Args:
     model: a loaded model directory (:func:`hyset_jax.modeldir.load_model_dir`).
     encode: texts -> f32[n, d_r], the model's query encoder.
+    warm_texts: texts whose encoding compiles the encoder shapes requests will use.
     definitions: one tool definition per model tool, in row order.
     method: the subset-enumeration implementation.
     max_batch: the largest device batch; smaller batches are padded to a power of two, so
@@ -86,7 +91,8 @@ class Retriever:
   """
 
   def __init__(self, model, encode: Callable[[list[str]], np.ndarray], definitions: list[dict],
-               *, method: str = "gather", max_batch: int = 64):
+               *, method: str = "gather", max_batch: int = 64,
+               warm_texts: Sequence[str] = ("warm up",)):
     if len(definitions) != len(model.tool_ids):
       raise ValueError("one definition per tool expected")
     self.model = model
@@ -95,6 +101,7 @@ class Retriever:
     self.method = method
     self.max_batch = max_batch
     self.defaults = Options(model.max_set_size, model.k_pool, DEFAULT_RANKING)
+    self.warm_texts = list(warm_texts)
 
   @property
   def num_tools(self) -> int:
@@ -166,7 +173,8 @@ class Retriever:
     return out
 
   def warm_up(self) -> None:
-    """Compile the default options for every batch bucket (first requests stay fast)."""
+    """Compile the default options for every batch bucket, and the encoder for the usual
+    query lengths, so that no request waits for a compilation."""
     d = self.query_dim
     size = 1
     while True:
@@ -174,7 +182,7 @@ class Retriever:
       if size >= self.max_batch:
         break
       size = min(self.max_batch, size * 2)
-    self.encode(["warm up"])
+    self.encode(self.warm_texts)
 
   @property
   def query_dim(self) -> int:
@@ -203,6 +211,11 @@ def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *, method: s
       f"k1 {model.k1}, k_pool {model.k_pool}; {where}")
 
   def encode(texts: list[str]) -> np.ndarray:
-    return encoder.encode(texts, batch_size=max(8, max_batch), progress=False)
+    # Fixed 8-row encoder batches: the encoder compiles one program per (rows, length) bucket,
+    # and a server sees every batch size; with the rows fixed only the length varies.
+    return encoder.encode(texts, batch_size=ENCODER_ROWS, progress=False)
 
-  return Retriever(model, encode, definitions, method=method, max_batch=max_batch)
+  # One text per length bucket a query usually falls in (``n`` words ≈ n + 2 tokens).
+  warm = [" ".join(["tool"] * max(1, b - 2)) for b in encoder.buckets if b <= WARM_MAX_TOKENS]
+  return Retriever(model, encode, definitions, method=method, max_batch=max_batch,
+                   warm_texts=[t for t in warm for _ in range(ENCODER_ROWS)])
