@@ -286,3 +286,68 @@ def test_mcp_over_streamable_http(model_dir, library, retriever):
     check_mcp_session(f"http://127.0.0.1:{port}/mcp", retriever)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
+
+
+# --------------------------------------------------------------------------- hyset tools
+
+def test_tools_add_and_remove(tmp_path, model_dir, capsys):
+  import shutil
+
+  import numpy as np
+
+  from hyset_jax import modeldir
+  from hyset_jax.data.tooltext import render_tool
+  from hyset_jax.encoder import load_encoder
+
+  source = tmp_path / "model"
+  shutil.copytree(model_dir, source)
+  (source / "neighbours-1234.npz").write_bytes(b"a cache keyed by the old Z")
+  new_tools = [{"name": "book_flight", "description": "Book a flight between two airports.",
+                "inputSchema": {"type": "object", "properties": {"from": {"type": "string"}}}},
+               {"name": "order_pizza", "description": "Order a pizza for delivery."}]
+  lib = tmp_path / "new.json"
+  lib.write_text(json.dumps({"tools": new_tools}))
+  out = tmp_path / "added"
+  assert cli.main(["tools", "add", "--model", str(source), "--tools", f"mcp:{lib}",
+                   "--out", str(out)]) == 0
+  old, new = modeldir.load_model_dir(source), modeldir.load_model_dir(out)
+  assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "params.safetensors"]
+  assert new.tool_ids == old.tool_ids + ("book_flight", "order_pizza")
+  np.testing.assert_array_equal(new.params.tool_embeddings[:40], old.params.tool_embeddings)
+  np.testing.assert_array_equal(new.params.projection, old.params.projection)
+  np.testing.assert_array_equal(new.params.interactions, old.params.interactions)
+  texts = [render_tool(t["name"], t["description"], t.get("inputSchema")) for t in new_tools]
+  emb = load_encoder(old.query_encoder).encode(texts)
+  expected = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+  np.testing.assert_allclose(new.params.tool_embeddings[40:], expected, atol=1e-5)
+  # The added tool is retrievable: a query worded like it puts it first by ℓ.
+  rows = predict_rows(tmp_path, out, ["Book a flight between two airports."])
+  assert rows[0]["shortlist"][0] == "book_flight" and "book_flight" in rows[0]["set"]
+
+  capsys.readouterr()
+  assert cli.main(["tools", "add", "--model", str(out), "--tools", f"mcp:{lib}",
+                   "--out", str(tmp_path / "again")]) == 2
+  assert "already in the model (e.g. 'book_flight')" in capsys.readouterr().err
+  assert cli.main(["tools", "add", "--model", str(source), "--tools", f"mcp:{lib}",
+                   "--out", str(out)]) == 2
+  assert "pass --force" in capsys.readouterr().err
+
+  removed = tmp_path / "removed"
+  assert cli.main(["tools", "remove", "--model", str(out), "--tools", f"mcp:{lib}",
+                   "--out", str(removed)]) == 0
+  back = modeldir.load_model_dir(removed)
+  assert back.tool_ids == old.tool_ids
+  np.testing.assert_array_equal(back.params.tool_embeddings, old.params.tool_embeddings)
+  assert cli.main(["tools", "remove", "--model", str(out), "--ids", "t0,t5", "--out",
+                   str(tmp_path / "r2")]) == 0
+  assert modeldir.load_model_dir(tmp_path / "r2").tool_ids == tuple(
+      t for t in new.tool_ids if t not in ("t0", "t5"))
+  capsys.readouterr()
+  assert cli.main(["tools", "remove", "--model", str(out), "--ids", "ghost", "--out",
+                   str(tmp_path / "r3")]) == 2
+  assert "not in the model (e.g. 'ghost')" in capsys.readouterr().err
+  keep = ",".join(f"t{i}" for i in range(36))  # 42 - 36 = 6 tools < k_pool = 8
+  assert cli.main(["tools", "remove", "--model", str(out), "--ids", keep, "--out",
+                   str(tmp_path / "r4")]) == 2
+  assert "would have 6 tools" in capsys.readouterr().err
+  assert not (tmp_path / "r3").exists() and not (tmp_path / "r4").exists()
