@@ -158,7 +158,7 @@ def tb_query(qid, apis, relevant, text=None):
 
 
 def toolbench_release(tmp_path):
-  """A release root in ToolBench's own layout: data/{instruction,test_instruction,test_query_ids}."""
+  """A release root in ToolBench's layout: data/{instruction,test_instruction,test_query_ids}."""
   data = tmp_path / "ToolBench" / "data"
   for d in ("instruction", "test_instruction", "test_query_ids"):
     (data / d).mkdir(parents=True)

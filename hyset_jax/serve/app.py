@@ -1,4 +1,4 @@
-"""The HTTP API of ``hyset serve``: a FastAPI app over a :class:`~hyset_jax.serve.retriever.Retriever`.
+"""The HTTP API of ``hyset serve``: a FastAPI app over a :class:`.retriever.Retriever`.
 
 =========================  =========================================================
 ``POST /v1/retrieve``      ``{"query": "..."}`` or ``{"queries": [...]}``, optional
