@@ -111,7 +111,7 @@ def baselines(config, data, test) -> dict[str, dict]:
   from hyset_jax.encoder import load_encoder
   from hyset_jax.model import init_params
   from hyset_jax.retrievers import BM25Retriever, DenseRetriever, FusionRetriever
-  from hyset_jax.train import evaluate_split
+  from hyset_jax.evaluation import evaluate_split
   tools = load_dataset(config.data.spec).tools
   encoder = load_encoder(config.model.encoder or None)
   gold = [[data.tool_ids[t] for t in g] for g in test.gold]
@@ -132,7 +132,7 @@ def multi_tool_rows(config, data, test, keep: list[int], runs: pathlib.Path, arg
   """Baselines and the trained HYSET runs again, on the multi-tool test queries only."""
   import dataclasses
   from hyset_jax import modeldir
-  from hyset_jax.train import evaluate_split
+  from hyset_jax.evaluation import evaluate_split
   sub = dataclasses.replace(test, ids=tuple(test.ids[i] for i in keep),
                             texts=tuple(test.texts[i] for i in keep),
                             embeddings=test.embeddings[keep],
@@ -167,7 +167,7 @@ def main() -> None:
     logging.getLogger(noisy).setLevel(logging.WARNING)
 
   from hyset_jax import config as config_lib
-  from hyset_jax.train import prepare_data
+  from hyset_jax.train_data import prepare_data
   config = config_lib.resolve(args.config)
   data = prepare_data(config)
   test = data.splits[config.data.test_split]

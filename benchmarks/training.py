@@ -21,7 +21,7 @@ def main() -> None:
   import numpy as np
   try:
     from hyset_jax import config as config_lib
-    from hyset_jax import train
+    from hyset_jax import batches, model, sharding, train
     needed = ("make_mesh", "make_step_fn", "make_optimizer", "init_trainable", "TrainState")
     missing = [n for n in needed if not hasattr(train, n)]
     if missing:
@@ -47,15 +47,15 @@ def main() -> None:
   }
   rows = []
   for devices in (1, 8):
-    mesh = train.make_mesh(devices)
+    mesh = sharding.make_mesh(devices)
     optimizer = train.make_optimizer(tc)
-    trainable = train.init_trainable(tools, dim, mc, seed=0)
-    state = train.TrainState(trainable, optimizer.init(trainable))
+    theta = model.init_theta(tools, dim, mc, seed=0)
+    state = train.TrainState(theta, optimizer.init(theta))
     step = train.make_step_fn(mesh, mc, tc, optimizer)
     shard = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
     rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     state = jax.device_put(state, rep)
-    b = jax.device_put(host_batch, shard)
+    b = jax.device_put(batches.Batch(**host_batch), shard)
     start = time.perf_counter()
     compiled = step.lower(state, b).compile()
     compile_s = time.perf_counter() - start

@@ -1,17 +1,17 @@
 """ToolLens (COLT's release; BEIR layout): 464 tools, 1-3 tools per query, official split.
 
-M = 3 is the largest gold set; the validation split is 10% of train, carved by query-id hash.
-Two additions to the paper's objective, both measured in the README's ablation rows: the
-per-tool loss on ℓ (train.tool_loss_weight) and shortlist negatives (train.shortlist_negatives).
-Set both to 0 for the paper's Eq. 10 with its 50/30/20 negative mix.
+The base preset: tiny, paper and bfcl derive from it. M = 3 is the largest gold set; the
+validation split is 10% of train, carved by query-id hash. Two additions to the paper's objective,
+both measured in the README's ablation rows: the per-tool loss on ℓ (train.tool_loss_weight) and
+shortlist negatives (train.shortlist_negatives); `--config paper` removes both.
 """
-from hyset_jax.config import Config, DataConfig, ModelConfig, TrainConfig
+from hyset_jax.config import Config, DataConfig, ModelConfig, TrainConfig, shared_data
 
 
 def get_config() -> Config:
   return Config(
       name="toollens",
-      data=DataConfig(spec="beir:../shared/data/toollens"),
+      data=DataConfig(spec="beir:" + shared_data("toollens")),
       model=ModelConfig(max_set_size=3, k1=15, k_pool=20),
       train=TrainConfig(batch_size=256, num_steps=1500, learning_rate=3e-3, warmup_steps=100,
                         k_neg=64, eval_every=250, checkpoint_every=250, patience=3,

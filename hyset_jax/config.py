@@ -1,28 +1,49 @@
 """Typed, validated training configuration with named presets and dotted overrides.
 
-Presets live in ``configs/<name>.py`` (each defines ``get_config() -> Config``); a path to
-such a file works too. ``--set train.batch_size=64`` style overrides are parsed against the
-field types, so a typo or a wrong type fails before any device work starts. The resolved
-config is written into the workdir as ``config.json``.
+Presets live in the repository's ``configs/<name>.py``, installed as the package
+``hyset_jax.configs`` (each defines ``get_config() -> Config``; derived presets import their base
+and change what differs, as flax/examples' imagenet ``configs/tpu.py`` does); a path to such a
+file works too. ``--set train.batch_size=64`` style overrides are parsed against the field types
+(:func:`apply_overrides`, the one override parser of the project, also used by toolscout), so a
+typo or a wrong type fails before any device work starts. The resolved config is written into
+the workdir as ``config.json``.
+
+Data roots are resolved once, here: :func:`shared_data` is ``$HYSET_DATA`` when set, else the
+``shared/data`` folder beside the checkout (``../shared/data`` from the repository root).
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import importlib.util
 import json
+import os
 import pathlib
+import pkgutil
 import typing
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from hyset_jax.errors import UserError
 
-CONFIG_DIR = pathlib.Path(__file__).resolve().parents[1] / "configs"
+PRESETS_PACKAGE = "hyset_jax.configs"
+_CHECKOUT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def shared_data(*parts: str) -> str:
+  """An absolute path under the shared data root (``$HYSET_DATA``, else ../shared/data beside
+  the checkout, else ../shared/data from the working folder)."""
+  root = os.environ.get("HYSET_DATA")
+  if not root:
+    beside = _CHECKOUT.parent / "shared" / "data"
+    root = str(beside if beside.is_dir() else pathlib.Path("../shared/data").absolute())
+  return str(pathlib.Path(root, *parts))
 
 
 @dataclasses.dataclass
 class DataConfig:
-  spec: str = "bfcl"                  # a data spec (design.md §5)
+  spec: str = "bfcl"                  # a data spec (docs/contracts.md)
   train_split: str = "train"
   val_split: str = "validation"       # carved from train when the data set has none
   test_split: str = "test"
@@ -44,8 +65,16 @@ class ModelConfig:
   # queries mostly need tools never seen in training (BFCL): a trained Z only moves seen tools.
   train_tool_embeddings: bool = True
   # Ablations of paper §3.3: per-cardinality M_m (HYSET), one shared learned M,
-  # fixed identity M, or no F_set at all.
+  # fixed identity M, or no F_set at all (model.INTERACTIONS).
   interaction: Literal["per_cardinality", "shared", "identity", "none"] = "per_cardinality"
+  # The query tower before P (scoring.query_tower): residual ReLU layers; 0 = the paper's
+  # linear P exactly. tower_hidden 0 = d_r.
+  tower_depth: int = 0
+  tower_hidden: int = 0
+  # A query-conditioned set term beside M_m (scoring.QueryInteraction): a rank-R interaction
+  # and a per-size preference, both linear in q(r). Off = the paper's query-independent F_set.
+  conditioned: bool = False
+  conditioned_rank: int = 16
 
 
 @dataclasses.dataclass
@@ -101,6 +130,11 @@ def validate(config: Config) -> Config:
   m, t = config.model, config.train
   from hyset_jax.enumeration import validate_sizes
   validate_sizes(m.k_pool, m.max_set_size, k1=m.k1)
+  if m.conditioned_rank < 0:
+    raise UserError(f"model.conditioned_rank must be ≥ 0, got {m.conditioned_rank}")
+  if m.tower_depth < 0 or m.tower_hidden < 0:
+    raise UserError(f"model.tower_depth and model.tower_hidden must be ≥ 0, got "
+                    f"{m.tower_depth} and {m.tower_hidden}")
   mix = t.negative_mix
   if len(mix) != 3 or any(x < 0 for x in mix) or abs(sum(mix) - 1) > 1e-6:
     raise UserError(f"train.negative_mix must be three non-negative fractions summing to 1 "
@@ -135,28 +169,53 @@ def validate(config: Config) -> Config:
 
 
 def presets() -> list[str]:
-  return sorted(p.stem for p in CONFIG_DIR.glob("*.py") if not p.stem.startswith("_"))
+  package = importlib.import_module(PRESETS_PACKAGE)
+  return sorted(m.name for m in pkgutil.iter_modules(package.__path__)
+                if not m.name.startswith("_"))
+
+
+def _module(name: str):
+  """The preset module ``name`` (in hyset_jax.configs) or the .py file at path ``name``."""
+  path = pathlib.Path(name)
+  if path.suffix != ".py":
+    if name not in presets():
+      close = difflib.get_close_matches(name, presets(), n=1)
+      hint = f"; did you mean {close[0]!r}?" if close else ""
+      raise UserError(f"unknown config {name!r}: presets are {', '.join(presets())}{hint} "
+                      f"(or give the path of a .py file defining get_config())")
+    return importlib.import_module(f"{PRESETS_PACKAGE}.{name}")
+  if not path.is_file():
+    raise UserError(f"config file {path} does not exist")
+  spec = importlib.util.spec_from_file_location(f"hyset_config_{path.stem}", path)
+  module = importlib.util.module_from_spec(spec)
+  try:
+    spec.loader.exec_module(module)
+  except SyntaxError as e:
+    raise UserError(f"{path}:{e.lineno}: syntax error in config file: {e.msg}") from None
+  except Exception as e:  # noqa: BLE001 - a user's file may raise anything; name it
+    raise UserError(f"{path}: loading the config file failed: {type(e).__name__}: {e}") from None
+  return module
 
 
 def load_preset(name: str) -> Config:
-  """``configs/<name>.py`` (or a path to a .py file) → its ``get_config()``."""
-  path = pathlib.Path(name)
-  if path.suffix != ".py":
-    path = CONFIG_DIR / f"{name}.py"
-  if not path.is_file():
-    close = difflib.get_close_matches(name, presets(), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise UserError(f"unknown config {name!r}: presets are {', '.join(presets())}{hint}")
-  spec = importlib.util.spec_from_file_location(f"hyset_config_{path.stem}", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  config = module.get_config()
+  """A preset name (hyset_jax.configs) or a path to a .py file → its ``get_config()``."""
+  module = _module(name)
+  where = getattr(module, "__file__", name)
+  if not callable(getattr(module, "get_config", None)):
+    raise UserError(f"{where}: defines no get_config() function")
+  try:
+    config = module.get_config()
+  except Exception as e:  # noqa: BLE001
+    raise UserError(f"{where}: get_config() failed: {type(e).__name__}: {e}") from None
   if not isinstance(config, Config):
-    raise UserError(f"{path}: get_config() must return hyset_jax.config.Config")
+    raise UserError(f"{where}: get_config() must return hyset_jax.config.Config, got "
+                    f"{type(config).__name__}")
   return config
 
 
 def _parse_value(text: str, kind: Any, key: str) -> Any:
+  """``text`` parsed as ``kind`` (a field's type hint): bool accepts true/false/1/0 (any case),
+  tuples accept ``a,b,c`` (brackets optional), ``tuple[int, ...]`` any length."""
   origin = typing.get_origin(kind)
   if origin is Literal:
     choices = typing.get_args(kind)
@@ -164,11 +223,13 @@ def _parse_value(text: str, kind: Any, key: str) -> Any:
       raise UserError(f"--set {key}: {text!r} is not one of {', '.join(choices)}")
     return text
   if origin is tuple:
-    parts = [p for p in text.strip("()[] ").split(",") if p.strip()]
+    parts = [p.strip() for p in text.strip("()[] ").split(",") if p.strip()]
     args = typing.get_args(kind)
-    if len(parts) != len(args):
+    if len(args) == 2 and args[1] is Ellipsis:
+      args = (args[0],) * len(parts)
+    elif len(parts) != len(args):
       raise UserError(f"--set {key}: expected {len(args)} comma-separated values, got {text!r}")
-    return tuple(_parse_value(p.strip(), a, key) for a, p in zip(args, parts))
+    return tuple(_parse_value(p, a, key) for a, p in zip(args, parts))
   try:
     if kind is bool:
       if text.lower() not in ("true", "false", "1", "0"):
@@ -183,29 +244,41 @@ def _parse_value(text: str, kind: Any, key: str) -> Any:
   return text
 
 
-def apply_overrides(config: Config, overrides: list[str]) -> Config:
-  """Apply ``section.field=value`` strings; unknown keys and wrong types are UserErrors."""
+def _override(node: Any, parts: list[str], text: str, key: str) -> Any:
+  """``node`` (a dataclass, frozen or not) with the field at ``parts`` set from ``text``."""
+  fields = {f.name for f in dataclasses.fields(node)}
+  part = parts[0]
+  if part not in fields:
+    close = difflib.get_close_matches(part, fields, n=1)
+    prefix = key.split(".")[:key.count(".") - len(parts) + 1]
+    hint = f"; did you mean {'.'.join(prefix + [close[0]])!r}?" if close else ""
+    raise UserError(f"--set: unknown config key {key!r}{hint}")
+  hint = typing.get_type_hints(type(node))[part]
+  if len(parts) == 1:
+    if dataclasses.is_dataclass(hint):
+      raise UserError(f"--set: {key!r} is a section; set one of its fields")
+    value = _parse_value(text, hint, key)
+  else:
+    child = getattr(node, part)
+    if not dataclasses.is_dataclass(child):
+      raise UserError(f"--set: {key.rsplit('.', len(parts) - 1)[0]!r} is not a section")
+    value = _override(child, parts[1:], text, key)
+  return dataclasses.replace(node, **{part: value})
+
+
+def apply_overrides(config: Any, overrides: Sequence[str]) -> Any:
+  """``config`` (any config dataclass: hyset's ``Config``, toolscout's ``ExperimentConfig``) with
+  ``section.field=value`` strings applied. Returns a new object; unknown keys and wrong types are
+  UserErrors. The one override parser of the project.
+
+  >>> apply_overrides(Config(), ["train.batch_size=64", "model.train_tool_embeddings=0"]).train.batch_size
+  64
+  """
   for item in overrides:
-    if "=" not in item:
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
       raise UserError(f"--set expects key=value, got {item!r}")
-    key, text = item.split("=", 1)
-    node: Any = config
-    parts = key.strip().split(".")
-    for i, part in enumerate(parts):
-      fields = {f.name: f for f in dataclasses.fields(node)}
-      if part not in fields:
-        close = difflib.get_close_matches(part, fields, n=1)
-        hint = f"; did you mean {'.'.join(parts[:i] + [close[0]])!r}?" if close else ""
-        raise UserError(f"--set: unknown config key {key!r}{hint}")
-      if i == len(parts) - 1:
-        hints = typing.get_type_hints(type(node))
-        if dataclasses.is_dataclass(hints[part]):
-          raise UserError(f"--set: {key!r} is a section; set one of its fields")
-        setattr(node, part, _parse_value(text.strip(), hints[part], key))
-      else:
-        node = getattr(node, part)
-        if not dataclasses.is_dataclass(node):
-          raise UserError(f"--set: {'.'.join(parts[:i + 1])!r} is not a section")
+    config = _override(config, key.strip().split("."), text.strip(), key.strip())
   return config
 
 

@@ -45,20 +45,22 @@ def _run(args) -> int:
     logging.getLogger(noisy).setLevel(logging.WARNING)
   from hyset_jax import config as config_lib
   from hyset_jax import inference, model, modeldir, train
+  from hyset_jax.evaluation import evaluate_split
+  from hyset_jax.train_data import prepare_data
 
   config = config_lib.resolve(args.config, args.overrides)
   print(f"== data {config.data.spec}: encoding tools and queries with the frozen encoder "
         f"(cached after the first run)")
-  data = train.prepare_data(config)
+  data = prepare_data(config)
   test = data.splits[config.data.test_split]
   untrained = model.init_params(data.tool_embeddings, test.embeddings.shape[1],
                                 config.model.max_set_size)
-  before = train.evaluate_split(untrained, test, data.tool_ids, config.model, 256)
+  before = evaluate_split(untrained, test, data.tool_ids, config.model, 256)
 
   print(f"== training ({config.train.num_steps} steps max) in {args.workdir}")
   summary = train.train_and_evaluate(config, args.workdir, data=data)
   best = modeldir.load_model_dir(f"{args.workdir}/best")
-  after = train.evaluate_split(best.params, test, data.tool_ids, config.model, 256)
+  after = evaluate_split(best.params, test, data.tool_ids, config.model, 256)
 
   print(f"\n== {config.data.spec} test split, {before['n_queries']} queries")
   print(_table({"untrained (= dense)": before, f"HYSET (step {summary['best_step']})": after}))

@@ -37,7 +37,8 @@ from hyset_jax.io_utils import atomic_dir
 FORMATS = ("hyset", "npz", "projector", "stablehlo", "onnx")
 NPZ_FILE = "model.npz"
 SIGNATURE_FILE = "signature.json"
-STABLEHLO_FORMAT = "hyset-stablehlo/1"
+# /2: stage2 also takes query_embeddings (the query tower and the query-conditioned set term).
+STABLEHLO_FORMAT = "hyset-stablehlo/2"
 DEFAULT_PLATFORMS = ("cpu", "cuda", "tpu")
 
 
@@ -47,14 +48,12 @@ DEFAULT_PLATFORMS = ("cpu", "cuda", "tpu")
 
 def write_npz(out: str | os.PathLike, model: modeldir.ModelDir, *,
               force: bool = False) -> pathlib.Path:
-  """``out/model.npz``: the hyset/1 arrays, ``tool_ids`` and the manifest fields."""
-  z, p, ms = (np.asarray(a, np.float32) for a in model.params)
-  arrays = {"tool_embeddings": z, "projection": p}
-  arrays.update({f"interaction_{m}": ms[m - 2] for m in range(2, model.max_set_size + 1)})
+  """``out/model.npz``: the model directory's tensors, ``tool_ids`` and the manifest fields
+  (``query_encoder`` left out when the model names none)."""
+  arrays = modeldir.tensors(model.params, model.max_set_size)
   arrays["tool_ids"] = np.asarray(model.tool_ids, dtype=str)
-  arrays.update(format=np.asarray(modeldir.FORMAT), max_set_size=np.asarray(model.max_set_size),
-                k1=np.asarray(model.k1), k_pool=np.asarray(model.k_pool),
-                query_encoder=np.asarray(model.query_encoder))
+  arrays.update({k: np.asarray(v) for k, v in model.manifest().items()
+                 if k != "tool_ids" and v is not None})
   with atomic_dir(out, force) as tmp:
     np.savez(tmp / NPZ_FILE, **arrays)
   return pathlib.Path(out)
@@ -162,14 +161,14 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
   import jax.numpy as jnp
   from hyset_jax import inference
   # jnp arrays (not NumPy): indexing them with traced shortlists must stay in the graph.
-  params = jax.tree.map(jnp.asarray, model.params._replace(
-      interactions=model.params.interactions[:max_size - 1]))
+  params = jax.tree.map(jnp.asarray, inference.truncate(model.params, max_size))
 
   def stage1(query_embeddings):
     return tuple(inference.shortlist(params, query_embeddings, k1, k_pool, max_size))
 
-  def stage2_fn(shortlist, shortlist_logits):
-    return inference.rerank(params, inference.Shortlist(shortlist, shortlist_logits),
+  def stage2_fn(query_embeddings, shortlist, shortlist_logits):
+    return inference.rerank(params, query_embeddings,
+                            inference.Shortlist(shortlist, shortlist_logits),
                             k_pool=k_pool, max_size=max_size)
 
   def predict(query_embeddings):
@@ -178,7 +177,7 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
 
   return {
       "stage1": (stage1, ["query_embeddings"], ["shortlist", "shortlist_logits"]),
-      "stage2": (stage2_fn, ["shortlist", "shortlist_logits"],
+      "stage2": (stage2_fn, ["query_embeddings", "shortlist", "shortlist_logits"],
                  ["set_tools", "set_size", "set_score", "ranking"]),
       "predict": (predict, ["query_embeddings"],
                   ["shortlist", "set_tools", "set_size", "set_score", "ranking"]),

@@ -22,6 +22,11 @@ import numpy as np
 from hyset_jax import enumeration, scoring
 from hyset_jax.scoring import HysetParams
 
+# Ranking methods for Recall/NDCG/COMP@K (the delivered set is the exact argmax of Eq. 14 for
+# every one of them). "greedy" is the paper's greedy marginal gain.
+RANKINGS = ("greedy", "logit", "set-first")
+DEFAULT_RANKING = "greedy"
+
 
 class Shortlist(NamedTuple):
   """tools: int32[Q, K_pool] tool rows in shortlist order; logits: f32[Q, K_pool] their ℓ."""
@@ -44,7 +49,7 @@ def shortlist(params: HysetParams, query_emb: jax.Array, k1: int, k_pool: int,
     Shortlist of K_pool tools per query.
   """
   z = params.tool_embeddings
-  logits = scoring.tool_logits(query_emb, params.projection, z)          # [Q, N]
+  logits = scoring.query_logits(params, query_emb)                       # [Q, N]
   s0_logits, s0 = jax.lax.top_k(logits, k1)                              # [Q, K1]
   keyed = z[s0] @ params.interactions[max_size - 2]                      # [Q, K1, d]
   g = jnp.max(jnp.einsum("nd,qkd->qnk", z, keyed), axis=-1)              # [Q, N]
@@ -107,12 +112,13 @@ class Prediction(NamedTuple):
   ranking: jax.Array
 
 
-def rerank(params: HysetParams, sl: Shortlist, *, k_pool: int, max_size: int,
-           method: enumeration.Method = enumeration.DEFAULT_METHOD):
+def rerank(params: HysetParams, query_emb: jax.Array, sl: Shortlist, *, k_pool: int,
+           max_size: int, method: enumeration.Method = enumeration.DEFAULT_METHOD):
   """Stage 2 (Eq. 14) and the greedy ranking, from a shortlist.
 
   Args:
     params: θ; ``params.interactions`` must hold at least M − 1 matrices.
+    query_emb: f32[Q, d_r] (the query-conditioned set term needs it).
     sl: the shortlist of :func:`shortlist`.
     k_pool, max_size: K_pool, M.
     method: the enumeration implementation.
@@ -121,9 +127,9 @@ def rerank(params: HysetParams, sl: Shortlist, *, k_pool: int, max_size: int,
     (set_tools int32[Q, M] padded with -1, set_size int32[Q], set_score f32[Q],
     ranking int32[Q, K_pool]) — the fields of :class:`Prediction` after ``shortlist``.
   """
-  interactions = params.interactions[:max_size - 1]
+  params = truncate(params, max_size)
   table = enumeration.subset_table(k_pool, max_size)
-  pairs = scoring.pair_matrices(params.tool_embeddings[sl.tools], interactions)
+  pairs = scoring.shortlist_pairs(params, query_emb, sl.tools)
   best = enumeration.best_sets(enumeration.score_subsets(sl.logits, pairs, table, method),
                                table, k=1)
   # Members in ascending shortlist position, padding (-1) last.
@@ -154,10 +160,18 @@ def predict(params: HysetParams, query_emb: jax.Array, *, k1: int, k_pool: int, 
   Returns:
     Prediction.
   """
-  params = params._replace(interactions=params.interactions[:max_size - 1])
+  params = truncate(params, max_size)
   sl = shortlist(params, query_emb, k1, k_pool, max_size)
-  return Prediction(sl.tools, *rerank(params, sl, k_pool=k_pool, max_size=max_size,
+  return Prediction(sl.tools, *rerank(params, query_emb, sl, k_pool=k_pool, max_size=max_size,
                                       method=method))
+
+
+def truncate(params: HysetParams, max_size: int) -> HysetParams:
+  """θ for sets of at most ``max_size`` tools (M_2..M_max_size and their conditioned terms)."""
+  qi = params.conditioned
+  if qi is not None:
+    qi = type(qi)(*(a[:max_size - 1] for a in qi))
+  return params._replace(interactions=params.interactions[:max_size - 1], conditioned=qi)
 
 
 def predict_batched(params: HysetParams, query_emb: np.ndarray, *, k1: int, k_pool: int,

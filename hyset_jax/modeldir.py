@@ -1,13 +1,20 @@
-"""The ``hyset/1`` model directory (design.md §5): what ``hyset export`` writes and
-``hyset predict --model`` reads, also when another stack wrote it.
+"""The model directory (docs/contracts.md): what ``hyset export`` writes and ``hyset predict
+--model`` reads, also when another stack wrote it. Format ``hyset/2`` is written; ``hyset/1``
+(no tower, no ranking field) is still read.
 
 Layout::
 
   params.safetensors   tool_embeddings f32[N, d_z]   (unit rows)
                        projection      f32[d_r, d_z]
                        interaction_2 … interaction_M f32[d_z, d_z]  (symmetric)
-  manifest.json        {"format": "hyset/1", "tool_ids": [...N ids, row order...],
-                        "max_set_size": M, "k1": K1, "k_pool": K_pool, "query_encoder": "..."}
+                       tower_w_in f32[L, d_r, H], tower_b_in f32[L, H],      (hyset/2, only
+                       tower_w_out f32[L, H, d_r], tower_b_out f32[L, d_r]    when L ≥ 1)
+                       conditioned_u f32[M-1, d_z, R], conditioned_w f32[M-1, d_r, R],
+                       conditioned_v f32[M-1, d_r], conditioned_b f32[M-1]   (hyset/2, when
+                                                                      the term is on)
+  manifest.json        {"format": "hyset/2", "tool_ids": [...N ids, row order...],
+                        "max_set_size": M, "k1": K1, "k_pool": K_pool,
+                        "query_encoder": "..." or null, "ranking": "greedy"|"logit"|"set-first"}
 
 Loading validates everything and raises :class:`UserError` naming the tensor or field at fault.
 Writing goes to a temporary directory renamed into place, so a killed export never leaves a
@@ -23,9 +30,13 @@ import pathlib
 import numpy as np
 
 from hyset_jax.errors import UserError
-from hyset_jax.scoring import HysetParams
+from hyset_jax.inference import DEFAULT_RANKING, RANKINGS
+from hyset_jax.scoring import HysetParams, QueryInteraction, QueryTower
 
-FORMAT = "hyset/1"
+FORMAT = "hyset/2"
+READABLE = ("hyset/1", "hyset/2")
+# Optional tensor groups of hyset/2: all of a group or none.
+GROUPS = {"tower": QueryTower, "conditioned": QueryInteraction}
 PARAMS_FILE = "params.safetensors"
 MANIFEST_FILE = "manifest.json"
 # Symmetry and unit-norm tolerances: loose enough for f32 round-trips through other stacks,
@@ -41,12 +52,14 @@ class ModelDir:
   max_set_size: int
   k1: int
   k_pool: int
-  query_encoder: str
+  query_encoder: str | None    # None: the writer names no query encoder (bring embeddings)
   path: pathlib.Path | None = None
+  ranking: str | None = None   # the default ranking method; None = inference.DEFAULT_RANKING
 
   def manifest(self) -> dict:
     return {"format": FORMAT, "tool_ids": list(self.tool_ids), "max_set_size": self.max_set_size,
-            "k1": self.k1, "k_pool": self.k_pool, "query_encoder": self.query_encoder}
+            "k1": self.k1, "k_pool": self.k_pool, "query_encoder": self.query_encoder,
+            "ranking": self.ranking or DEFAULT_RANKING}
 
 
 def _int_field(manifest: dict, name: str, where: pathlib.Path) -> int:
@@ -56,10 +69,42 @@ def _int_field(manifest: dict, name: str, where: pathlib.Path) -> int:
   return value
 
 
-def validate(model: ModelDir, where: pathlib.Path | str = "model") -> None:
-  """Check shapes, finiteness, symmetry, unit rows and the shortlist sizes; UserError if not."""
+def _validate_tower(tower: QueryTower, d_r: int, where) -> None:
+  w_in, b_in, w_out, b_out = tower
+  depth = w_in.shape[0] if w_in.ndim == 3 else -1
+  hidden = w_in.shape[2] if w_in.ndim == 3 else -1
+  want = {"w_in": (depth, d_r, hidden), "b_in": (depth, hidden), "w_out": (depth, hidden, d_r),
+          "b_out": (depth, d_r)}
+  for name, a in tower._asdict().items():
+    if depth < 1 or a.shape != want[name]:
+      raise UserError(f"{where}: tensor 'tower_{name}' must be {list(want[name])} (L, d_r, H "
+                      f"from tower_w_in and projection), got shape {list(a.shape)}")
+    if not np.all(np.isfinite(a)):
+      raise UserError(f"{where}: tensor 'tower_{name}' contains NaN or inf")
+
+
+def _validate_conditioned(qi: QueryInteraction, d_r: int, d_z: int, max_size: int,
+                          where) -> None:
+  k = max_size - 1
+  rank = qi.u.shape[2] if qi.u.ndim == 3 else -1
+  want = {"u": (k, d_z, rank), "w": (k, d_r, rank), "v": (k, d_r), "b": (k,)}
+  for name, a in qi._asdict().items():
+    if rank < 0 or a.shape != want[name]:
+      raise UserError(f"{where}: tensor 'conditioned_{name}' must be {list(want[name])} "
+                      f"(M-1, d_z or d_r, R), got shape {list(a.shape)}")
+    if not np.all(np.isfinite(a)):
+      raise UserError(f"{where}: tensor 'conditioned_{name}' contains NaN or inf")
+
+
+def validate(model: ModelDir, where: pathlib.Path | str = "model",
+             manifest_where: pathlib.Path | str | None = None) -> None:
+  """Check shapes, finiteness, symmetry, unit rows and the shortlist sizes; UserError if not.
+
+  ``where`` names the tensors' file, ``manifest_where`` the manifest's (default: ``where``).
+  """
   from hyset_jax.enumeration import validate_sizes
-  z, p, ms = model.params
+  mwhere = manifest_where or where
+  z, p, ms, tower, cond = model.params
   if z.ndim != 2:
     raise UserError(f"{where}: tensor 'tool_embeddings' must be [N, d_z], got shape {z.shape}")
   n, d_z = z.shape
@@ -70,13 +115,20 @@ def validate(model: ModelDir, where: pathlib.Path | str = "model") -> None:
     if ms[m - 2].shape != (d_z, d_z):
       raise UserError(f"{where}: tensor 'interaction_{m}' must be [{d_z}, {d_z}], "
                       f"got shape {ms[m - 2].shape}")
+  if tower is not None:
+    _validate_tower(tower, p.shape[0], where)
+  if cond is not None:
+    _validate_conditioned(cond, p.shape[0], d_z, model.max_set_size, where)
   if len(model.tool_ids) != n:
-    raise UserError(f"{where}: manifest 'tool_ids' has {len(model.tool_ids)} ids but "
-                    f"'tool_embeddings' has {n} rows")
+    raise UserError(f"{mwhere}: field 'tool_ids' has {len(model.tool_ids)} ids but tensor "
+                    f"'tool_embeddings' in {where} has {n} rows")
   if len(set(model.tool_ids)) != n:
     seen = set()
     dup = next(t for t in model.tool_ids if t in seen or seen.add(t))
-    raise UserError(f"{where}: manifest 'tool_ids' repeats id {dup!r}; ids must be distinct")
+    raise UserError(f"{mwhere}: field 'tool_ids' repeats id {dup!r}; ids must be distinct")
+  if model.ranking is not None and model.ranking not in RANKINGS:
+    raise UserError(f"{mwhere}: field 'ranking' is {model.ranking!r}; expected one of "
+                    f"{', '.join(RANKINGS)}")
   for name, a in (("tool_embeddings", z), ("projection", p)):
     if not np.all(np.isfinite(a)):
       raise UserError(f"{where}: tensor {name!r} contains NaN or inf")
@@ -93,15 +145,15 @@ def validate(model: ModelDir, where: pathlib.Path | str = "model") -> None:
   if bad.size:
     i = int(bad[0])
     raise UserError(f"{where}: tensor 'tool_embeddings' row {i} (tool {model.tool_ids[i]!r}) "
-                    f"has norm {norms[i]:.4g}; hyset/1 requires unit rows ({bad.size} rows off)")
+                    f"has norm {norms[i]:.4g}; the model format requires unit rows ({bad.size} rows off)")
   try:
     validate_sizes(model.k_pool, model.max_set_size, k1=model.k1, num_tools=n)
   except UserError as e:
-    raise UserError(f"{where}: manifest: {e}") from None
+    raise UserError(f"{mwhere}: fields 'k1', 'k_pool', 'max_set_size': {e}") from None
 
 
 def load_model_dir(path: str | os.PathLike) -> ModelDir:
-  """Read and validate a ``hyset/1`` directory. Returns NumPy float32 parameters."""
+  """Read and validate a ``hyset/2`` (or ``hyset/1``) directory. Returns NumPy f32 parameters."""
   from safetensors import SafetensorError
   from safetensors.numpy import load_file
 
@@ -119,9 +171,10 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
     raise UserError(f"{mpath}: not valid JSON ({e})") from None
   if not isinstance(manifest, dict):
     raise UserError(f"{mpath}: expected a JSON object")
-  if manifest.get("format") != FORMAT:
-    raise UserError(f"{mpath}: field 'format' is {manifest.get('format')!r}; this version "
-                    f"reads {FORMAT!r}")
+  fmt = manifest.get("format")
+  if fmt not in READABLE:
+    raise UserError(f"{mpath}: field 'format' is {fmt!r}; this version reads "
+                    f"{' and '.join(map(repr, READABLE))}")
   tool_ids = manifest.get("tool_ids")
   if not isinstance(tool_ids, list) or not all(isinstance(t, str) for t in tool_ids):
     raise UserError(f"{mpath}: field 'tool_ids' must be a list of strings")
@@ -129,8 +182,12 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
   k1 = _int_field(manifest, "k1", mpath)
   k_pool = _int_field(manifest, "k_pool", mpath)
   query_encoder = manifest.get("query_encoder")
-  if not isinstance(query_encoder, str):
-    raise UserError(f"{mpath}: field 'query_encoder' must be a string")
+  if query_encoder is not None and not isinstance(query_encoder, str):
+    raise UserError(f"{mpath}: field 'query_encoder' must be a string or null, got "
+                    f"{query_encoder!r}")
+  ranking = manifest.get("ranking") if fmt == "hyset/2" else None
+  if ranking is not None and not isinstance(ranking, str):
+    raise UserError(f"{mpath}: field 'ranking' must be a string, got {ranking!r}")
   if max_set_size < 2:
     raise UserError(f"{mpath}: field 'max_set_size' must be ≥ 2, got {max_set_size}")
 
@@ -145,6 +202,20 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
     if name not in tensors:
       raise UserError(f"{ppath}: missing tensor {name!r} (max_set_size = {max_set_size} needs "
                       f"{', '.join(expected)})")
+  present = {}
+  for group, cls in GROUPS.items():
+    names = [f"{group}_{f}" for f in cls._fields]
+    have = [t for t in names if t in tensors]
+    if have and fmt == "hyset/1":
+      raise UserError(f"{ppath}: tensor {have[0]!r} belongs to format 'hyset/2' ({group}); "
+                      f"the manifest says 'hyset/1'")
+    if have and len(have) != len(names):
+      missing = [t for t in names if t not in tensors]
+      raise UserError(f"{ppath}: missing tensor {missing[0]!r} (the {group} needs all of "
+                      f"{', '.join(names)})")
+    if have:
+      present[group] = names
+      expected += names
   extra = sorted(set(tensors) - set(expected))
   if extra:
     raise UserError(f"{ppath}: unexpected tensor(s) {', '.join(map(repr, extra))} for "
@@ -161,16 +232,32 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
     if f32[f"interaction_{m}"].shape != (d_z, d_z):
       raise UserError(f"{ppath}: tensor 'interaction_{m}' must be [{d_z}, {d_z}], "
                       f"got shape {f32[f'interaction_{m}'].shape}")
+  groups = {g: GROUPS[g](*(f32[t] for t in names)) for g, names in present.items()}
   params = HysetParams(
       f32["tool_embeddings"], f32["projection"],
-      np.stack([f32[f"interaction_{m}"] for m in range(2, max_set_size + 1)]))
-  model = ModelDir(params, tuple(tool_ids), max_set_size, k1, k_pool, query_encoder, path)
-  validate(model, ppath)
+      np.stack([f32[f"interaction_{m}"] for m in range(2, max_set_size + 1)]), **groups)
+  model = ModelDir(params, tuple(tool_ids), max_set_size, k1, k_pool, query_encoder, path,
+                   ranking)
+  validate(model, ppath, mpath)
   return model
 
 
+def tensors(params: HysetParams, max_set_size: int) -> dict[str, np.ndarray]:
+  """θ as the named f32 tensors of params.safetensors (also the arrays of the npz export)."""
+  out = {"tool_embeddings": np.ascontiguousarray(params.tool_embeddings, np.float32),
+         "projection": np.ascontiguousarray(params.projection, np.float32)}
+  out.update({f"interaction_{m}": np.ascontiguousarray(params.interactions[m - 2], np.float32)
+              for m in range(2, max_set_size + 1)})
+  for group in GROUPS:
+    values = getattr(params, group)
+    if values is not None:
+      out.update({f"{group}_{k}": np.ascontiguousarray(v, np.float32)
+                  for k, v in values._asdict().items()})
+  return out
+
+
 def save_model_dir(path: str | os.PathLike, model: ModelDir, *, force: bool = False) -> pathlib.Path:
-  """Write ``model`` as a ``hyset/1`` directory.
+  """Write ``model`` as a ``hyset/2`` directory.
 
   An existing non-empty ``path`` is replaced only with ``force=True``.
   """
@@ -181,11 +268,7 @@ def save_model_dir(path: str | os.PathLike, model: ModelDir, *, force: bool = Fa
   path = pathlib.Path(path)
   validate(model, path)
   with atomic_dir(path, force) as tmp:
-    z, p, ms = (np.asarray(a, np.float32) for a in model.params)
-    tensors = {"tool_embeddings": z, "projection": p}
-    tensors.update({f"interaction_{m}": np.ascontiguousarray(ms[m - 2])
-                    for m in range(2, model.max_set_size + 1)})
-    save_file(tensors, str(tmp / PARAMS_FILE))
+    save_file(tensors(model.params, model.max_set_size), str(tmp / PARAMS_FILE))
     (tmp / MANIFEST_FILE).write_text(json.dumps(model.manifest(), indent=1) + "\n",
                                      encoding="utf-8")
   return path

@@ -25,10 +25,13 @@ from hyset_jax.errors import UserError
 
 class Pools(NamedTuple):
   """members: int32[B, K_neg, M] tool rows (padding 0); mask: bool[B, K_neg, M];
-  source: int8[B, K_neg] — 0 gold, 1 uniform, 2 in-batch, 3 hard, 4 forced (Ê), 5 shortlist."""
+  source: int8[B, K_neg] — 0 gold, 1 uniform, 2 in-batch, 3 hard, 4 forced (Ê), 5 shortlist;
+  selected: int32[B] — the pool position of the forced set Ê (0, the gold set, when Ê is the
+  gold set or there is none)."""
   members: np.ndarray
   mask: np.ndarray
   source: np.ndarray
+  selected: np.ndarray
 
 
 GOLD, UNIFORM, IN_BATCH, HARD, FORCED, SHORTLIST = range(6)
@@ -160,4 +163,5 @@ def sample_pools(gold_sets: Sequence[tuple[int, ...]], rows: Sequence[int], *, n
     mask[i] = np.arange(max_size) < lengths[:, None]
     members[i][mask[i]] = np.fromiter((t for s in pool for t in s), np.int32, int(lengths.sum()))
     source[i] = tags
-  return Pools(members, mask, source)
+  selected = np.argmax(source == FORCED, axis=1).astype(np.int32)  # 0 where none is forced
+  return Pools(members, mask, source, selected)

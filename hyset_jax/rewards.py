@@ -8,7 +8,7 @@
   tools the selected set covers. A *proxy* for execution success, not a measurement of it.
 
 Rewards are refreshed on a schedule (paper: N_sub = 5,000 queries every T_ref = 20,000 steps);
-see :func:`hyset_jax.train.refresh_rewards`.
+see :func:`refresh`.
 """
 from __future__ import annotations
 
@@ -119,3 +119,47 @@ def make_provider(kind: str, path: str = "", command: str = "") -> RewardProvide
   if kind == "command":
     return CommandRewards(command)
   raise UserError(f"unknown reward provider {kind!r}; choose none, proxy, file or command")
+
+
+def refresh(provider: RewardProvider, params, queries, tool_ids: Sequence[str], mc, tc,
+            refresh_size: int, step: int) -> dict[int, tuple[tuple[int, ...], float]]:
+  """Score ``refresh_size`` training queries' pools, take Ê = argmax (Eq. 7), ask ρ of it.
+
+  Args:
+    provider: the reward provider.
+    params: the current θ (:class:`hyset_jax.scoring.HysetParams`).
+    queries: the training split (:class:`hyset_jax.train_data.QuerySet`).
+    tool_ids: the library's ids, in row order.
+    mc, tc: the model and train configs.
+    refresh_size: N_sub.
+    step: the training step (seeds which queries and which pools).
+
+  Returns:
+    The reward cache: training-query row -> (Ê as tool rows, ρ).
+  """
+  import numpy as np
+  from hyset_jax import batches, negatives, scoring
+  rng = np.random.default_rng((tc.seed, 0xBEEF, step))
+  rows = rng.choice(len(queries.ids), size=min(refresh_size, len(queries.ids)), replace=False)
+  gold = [queries.gold[r] for r in rows]
+  padded = batches.pad_sets(gold, mc.max_set_size)
+  cache = {}
+  for start in range(0, len(rows), tc.eval_batch_size):
+    chunk = list(range(start, min(start + tc.eval_batch_size, len(rows))))
+    nbrs = np.asarray(batches.gold_neighbors(params.tool_embeddings, padded[chunk],
+                                             tc.hard_neighbors))
+    nb = np.zeros((len(gold),) + nbrs.shape[1:], np.int32)
+    nb[chunk] = nbrs
+    pools = negatives.sample_pools(gold, chunk, num_tools=len(tool_ids), k_neg=tc.k_neg,
+                                   max_size=mc.max_set_size, mix=tc.negative_mix, neighbors=nb,
+                                   seed=tc.seed ^ 0xBEEF, step=step)
+    scores = np.asarray(scoring.set_scores(params, queries.embeddings[rows[chunk]],
+                                           pools.members, pools.mask))
+    for i, j in enumerate(chunk):
+      best = int(np.argmax(scores[i]))
+      e_hat = tuple(int(t) for t in pools.members[i, best][pools.mask[i, best]])
+      r = int(rows[j])
+      rho = provider(queries.ids[r], queries.texts[r], [tool_ids[t] for t in e_hat],
+                     [tool_ids[t] for t in queries.gold[r]])
+      cache[r] = (e_hat, float(rho))
+  return cache

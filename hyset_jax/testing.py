@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from hyset_jax import config as config_lib
-from hyset_jax.train import QuerySet, TrainingData
+from hyset_jax.train_data import QuerySet, TrainingData
 
 
 def synthetic_data(n_tools: int = 40, dim: int = 16, n_queries: int = 96, max_size: int = 3,

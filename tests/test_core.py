@@ -253,18 +253,6 @@ def test_untrained_model_is_the_dense_retriever():
   np.testing.assert_allclose(pred.set_score, cos[np.arange(5), order[:, 0]], atol=1e-6)
 
 
-def test_nnx_module_matches_pure_functions():
-  rng = np.random.default_rng(8)
-  z, p, ms = random_params(rng, 9, 4, 3)
-  scorer = model.HysetScorer(as_params(z, p, ms))
-  r = jnp.asarray(rng.normal(size=(2, 4)), jnp.float32)
-  members = rng.integers(0, 9, (2, 3, 3))
-  mask = np.ones((2, 3, 3), bool)
-  np.testing.assert_allclose(scorer(r, members, mask),
-                             scoring.set_scores(scorer.params, r, members, mask))
-  np.testing.assert_allclose(scorer.tool_logits(r), r @ p @ z.T, atol=1e-5)
-
-
 def test_shape_and_size_errors_are_clear():
   table = enumeration.subset_table(6, 3)
   with pytest.raises(ValueError, match=r"expected logits \[Q, 6\]"):

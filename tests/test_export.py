@@ -104,7 +104,7 @@ def test_hyset_and_npz_round_trip(trained):
     assert "interaction_5" not in z.files
     assert z["tool_ids"].tolist() == list(best.tool_ids)
     assert (z["format"].item(), z["max_set_size"].item(), z["k1"].item(), z["k_pool"].item(),
-            z["query_encoder"].item()) == ("hyset/1", 4, 5, 12, "synthetic")
+            z["query_encoder"].item()) == ("hyset/2", 4, 5, 12, "synthetic")
   # The reference reads both exports (and the workdir) to the same model.
   for src in (root / "h", root / "n", root / "n" / "model.npz", workdir):
     m = reference.load_model(src)
@@ -144,7 +144,7 @@ def test_stablehlo_loads_and_runs_without_hyset_jax(trained):
   out = root / "s"
   assert export("--workdir", workdir, "--out", out, "--format", "stablehlo") == 0
   sig = json.loads((out / "signature.json").read_text())
-  assert sig["format"] == "hyset-stablehlo/1" and sig["platforms"] == ["cpu", "cuda", "tpu"]
+  assert sig["format"] == "hyset-stablehlo/2" and sig["platforms"] == ["cpu", "cuda", "tpu"]
   assert sig["static"] | {"query_encoder": None} == {
       "k1": 5, "k_pool": 12, "max_set_size": 4, "num_tools": 60, "query_dim": 16,
       "tool_dim": 16, "method": "gather", "query_encoder": None}
@@ -171,7 +171,7 @@ def test_stablehlo_loads_and_runs_without_hyset_jax(trained):
       for a, b in zip(full, small):
         assert np.array_equal(a[:3], b), "symbolic batch dimension"
       sl, logits = stage1.call(q)
-      two = [np.asarray(a) for a in stage2.call(sl, logits)]
+      two = [np.asarray(a) for a in stage2.call(q, sl, logits)]
       np.savez({str(root / "stablehlo_out.npz")!r}, *(full + two), sl=np.asarray(sl))
       """, {"hyset_jax"}, root)
   got = np.load(root / "stablehlo_out.npz")

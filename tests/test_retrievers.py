@@ -252,13 +252,13 @@ def test_eval_every_method_wires_up(tmp_path, fake_encoder):
 
 
 def test_eval_hyset_from_a_model_directory(tmp_path, fake_encoder, capsys):
-  from hyset_jax import modeldir
+  from hyset_jax import model, modeldir
   from hyset_jax.data.specs import load_dataset
   from hyset_jax.retrievers import HysetRetriever
   tools = load_dataset(f"beir:{TOOLLENS}").tools
   # M = 5 and 20 queries: the shapes of the test above, so predict compiles once.
   untrained = HysetRetriever.untrained(tools, fake_encoder, max_set_size=5)
-  params = type(untrained.params)(*(np.asarray(a) for a in untrained.params))
+  params = model.host_params(untrained.params)
   modeldir.save_model_dir(tmp_path / "model", modeldir.ModelDir(
       params=params, tool_ids=tools.ids, max_set_size=5, k1=15, k_pool=20,
       query_encoder="fake-bow"))

@@ -183,6 +183,10 @@ def test_bad_inputs_are_clear_errors(tmp_path):
   for name in ("vocabulary.json", "arrays.npz"):
     (tmp_path / "old" / name).write_bytes((tmp_path / "router" / name).read_bytes())
   (tmp_path / "old" / "manifest.json").write_text(json.dumps({**info, "format": "toolscout-router/0"}))
+  (tmp_path / "bad_tau").mkdir()
+  for name in ("vocabulary.json", "arrays.npz"):
+    (tmp_path / "bad_tau" / name).write_bytes((tmp_path / "router" / name).read_bytes())
+  (tmp_path / "bad_tau" / "manifest.json").write_text(json.dumps({**info, "thresholds": {"1": 1.5}}))
 
   cases = [
       (["route", "--router", str(tmp_path / "router"), "--queries", str(tmp_path / "empty.jsonl"),
@@ -191,6 +195,8 @@ def test_bad_inputs_are_clear_errors(tmp_path):
        "only 5 reference queries"),
       (["route", "--router", str(tmp_path / "old"), "--queries", str(tmp_path / "ref.jsonl"),
         "--out", str(tmp_path / "o.jsonl")], "'toolscout-router/0' is not supported"),
+      (["route", "--router", str(tmp_path / "bad_tau"), "--queries", str(tmp_path / "ref.jsonl"),
+        "--out", str(tmp_path / "o.jsonl")], "thresholds {1: 1.5} are not window sizes"),
   ]
   for args, message in cases:
     result = _run_script(*args)
@@ -220,3 +226,176 @@ def test_experiment_tiny_writes_report(tmp_path, shared_data):
                                       "multistep_gap"}
   assert 0 <= report["summary"]["mixed_routed_batch"] <= 1
   assert report["skill_cards"]["example_card"].startswith("Skill: ")
+  # Mode keys are typed; the Markdown shows their labels.
+  assert list(report["routing"]["modes"]) == ["loso/batch", "loso/window_1", "loso/window_10",
+                                              "default/batch", "default/window_1",
+                                              "default/window_10"]
+  assert "| rolling window 10, default tau (no labels) |" in text
+  # A second run refuses to replace the report without --force, before any work.
+  before = _snapshot(out)
+  assert cli.main(["experiment", "--config", "tiny", "--out", str(out)]) == 2
+  assert _snapshot(out) == before
+
+
+# --- Outputs: --force replaces only its own kind; missing places are clear errors ---------------
+
+
+def _snapshot(path):
+  """Every file under ``path`` (or ``path`` itself) with its bytes."""
+  if path.is_file():
+    return {path.name: path.read_bytes()}
+  return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def _hyset_model_dir(path):
+  """A directory shaped like a hyset model directory (its own manifest.json format)."""
+  from hyset_jax import modeldir
+  path.mkdir()
+  (path / "manifest.json").write_text(json.dumps({"format": modeldir.FORMAT, "tool_ids": ["a"],
+                                                  "max_set_size": 5, "k1": 15, "k_pool": 20}))
+  (path / "params.safetensors").write_bytes(b"\x00weights\x01" * 10)
+  return path
+
+
+def _error(capsys):
+  err = capsys.readouterr().err
+  assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+  return err
+
+
+def test_route_on_a_hyset_model_dir_is_not_a_router(tmp_path, capsys):
+  model = _hyset_model_dir(tmp_path / "hyset_model")
+  _write_queries(tmp_path / "in.jsonl", _travel(10))
+  before = _snapshot(model)
+  assert cli.main(["route", "--router", str(model), "--queries", str(tmp_path / "in.jsonl"),
+                   "--out", str(tmp_path / "r.jsonl")]) == 2
+  err = _error(capsys)
+  assert "is not a toolscout router directory" in err and "'hyset/" in err
+  assert "--force" not in err  # following the hint must not destroy the model
+  # An older router is a router: refitting it (with --force) is the right hint there.
+  (tmp_path / "router").mkdir()
+  (tmp_path / "router" / "manifest.json").write_text('{"format": "toolscout-router/0"}')
+  assert cli.main(["route", "--router", str(tmp_path / "router"), "--queries",
+                   str(tmp_path / "in.jsonl"), "--out", str(tmp_path / "r.jsonl")]) == 2
+  assert "--force" in _error(capsys)
+  assert _snapshot(model) == before and not (tmp_path / "r.jsonl").exists()
+
+
+def test_fit_force_replaces_only_a_router(tmp_path, capsys):
+  _write_queries(tmp_path / "ref.jsonl", _travel(40))
+  fit = ["fit", "--reference", str(tmp_path / "ref.jsonl"), "--out"]
+  model = _hyset_model_dir(tmp_path / "hyset_model")
+  notes = tmp_path / "notes"
+  notes.mkdir()
+  (notes / "todo.txt").write_text("mine")
+  (tmp_path / "file").write_text("a file")
+  keep = {p: _snapshot(p) for p in (model, notes, tmp_path / "file")}
+  for target, without, with_force in (
+      (model, "pass --force", "not a toolscout router directory"),
+      (notes, "pass --force", "not a toolscout router directory"),
+      (tmp_path / "file", "is a file", "is a file")):
+    for force, message in (([], without), (["--force"], with_force)):
+      assert cli.main(fit + [str(target)] + force) == 2
+      assert message in _error(capsys), (target, force)
+  assert {p: _snapshot(p) for p in keep} == keep  # nothing of another kind was touched
+
+  # A router is replaced with --force only; an empty folder is written into.
+  (tmp_path / "empty").mkdir()
+  assert cli.main(fit + [str(tmp_path / "empty")]) == 0
+  router_dir = tmp_path / "empty"
+  first = _snapshot(router_dir)
+  assert cli.main(fit + [str(router_dir), "--threshold", "0.5"]) == 2
+  assert "pass --force" in _error(capsys) and _snapshot(router_dir) == first
+  assert cli.main(fit + [str(router_dir), "--threshold", "0.5", "--force"]) == 0
+  manifest = json.loads((router_dir / "manifest.json").read_text())
+  assert manifest["thresholds"] == {"1": 0.5} and manifest["threshold_source"] == "given"
+  assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+def test_route_window_larger_than_the_stream_is_an_error(tmp_path, capsys):
+  _write_queries(tmp_path / "ref.jsonl", _travel(40))
+  _write_queries(tmp_path / "in.jsonl", _travel(20, offset=1))
+  assert cli.main(["fit", "--reference", str(tmp_path / "ref.jsonl"), "--out",
+                   str(tmp_path / "router")]) == 0
+  route = ["route", "--router", str(tmp_path / "router"), "--queries", str(tmp_path / "in.jsonl"),
+           "--out", str(tmp_path / "r.jsonl"), "--force"]
+  for mode in (["--window", "21"], ["--batch", "50"]):
+    assert cli.main(route + mode) == 2
+    err = _error(capsys)
+    assert f"{mode[0]} {mode[1]} is larger than the 20 queries in" in err
+  assert not (tmp_path / "r.jsonl").exists()
+  assert cli.main(route + ["--window", "20"]) == 0
+
+
+def test_partial_windows_take_the_threshold_of_their_size(tmp_path):
+  ref = _travel(40)
+  fp = fpr.fit_fingerprint(ref)
+  stream = _travel(7, offset=2)
+  _write_queries(tmp_path / "in.jsonl", stream)
+  window = fpr.window_distances(fp, stream, 5)
+  chunks = fpr.chunk_distances(fp, stream, 5)  # chunks of 5 and 2
+  # τ(1) and τ(2) just above the warm-up / last-chunk distances, τ(5) below every distance:
+  # with τ(5) applied to every decision all would go to the aggregate.
+  taus = {1: window[0] + 0.01, 2: max(window[1], chunks[-1]) + 0.01,
+          5: min(window.min(), chunks.min()) - 0.01}
+  routerdir.save_router(routerdir.Router(fp, taus, "given"), tmp_path / "router")
+  for mode, sizes in ((["--window", "5"], [1, 2, 5, 5, 5, 5, 5]),
+                      (["--batch", "5"], [5, 5, 5, 5, 5, 2, 2])):
+    out = tmp_path / f"{mode[0][2:]}.jsonl"
+    assert cli.main(["route", "--router", str(tmp_path / "router"), "--queries",
+                     str(tmp_path / "in.jsonl"), "--out", str(out)] + mode) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    expected = ["specialist" if r["distance"] < router.threshold_for_window(taus, k)
+                else "aggregate" for r, k in zip(rows, sizes)]
+    assert [r["route"] for r in rows] == expected
+    assert "specialist" in expected and "aggregate" in expected  # the sizes decided it
+  np.testing.assert_array_equal(fpr.window_sizes(7, 5), [1, 2, 3, 4, 5, 5, 5])
+  np.testing.assert_array_equal(fpr.chunk_sizes(7, 5), [5, 5, 5, 5, 5, 2, 2])
+
+
+def test_every_command_refuses_bad_output_places(tmp_path, capsys):
+  _write_queries(tmp_path / "ref.jsonl", _travel(40))
+  assert cli.main(["fit", "--reference", str(tmp_path / "ref.jsonl"), "--out",
+                   str(tmp_path / "router")]) == 0
+  # A reference kept inside an (older) router directory: refitting over it would delete it.
+  (tmp_path / "router" / "ref.jsonl").write_bytes((tmp_path / "ref.jsonl").read_bytes())
+  (tmp_path / "file").write_text("a file")
+  (tmp_path / "routes.jsonl").write_text("previous routes\n")
+  under_file = str(tmp_path / "file" / "sub" / "out")
+  missing = str(tmp_path / "no_such_folder" / "out")
+  route = ["route", "--router", str(tmp_path / "router"), "--queries", str(tmp_path / "ref.jsonl"),
+           "--out"]
+  fit = ["fit", "--reference", str(tmp_path / "ref.jsonl"), "--out"]
+  experiment = ["experiment", "--config", "tiny", "--out"]
+  notes = tmp_path / "notes"
+  notes.mkdir()
+  (notes / "todo.txt").write_text("mine")
+  keep = {p: _snapshot(p) for p in (tmp_path / "file", tmp_path / "routes.jsonl", notes,
+                                    tmp_path / "router", tmp_path / "ref.jsonl")}
+  cases = [
+      (fit + [under_file], "is a file, not a folder"),
+      (fit + [missing], "does not exist; create it first"),
+      (["fit", "--reference", str(tmp_path / "router" / "ref.jsonl"), "--out",
+        str(tmp_path / "router"), "--force"], "holds this command's input"),
+      (route + [under_file + ".jsonl"], "is a file, not a folder"),
+      (route + [missing + ".jsonl"], "does not exist; create it first"),
+      (route + [str(tmp_path / "routes.jsonl")], "already exists"),
+      (route + [str(notes), "--force"], "is a directory"),
+      (route + [str(tmp_path / "ref.jsonl"), "--force"], "is one of this command's inputs"),
+      (route + [str(tmp_path / "router" / "manifest.json"), "--force"], "inside this command's"),
+      (experiment + [under_file], "is a file, not a folder"),
+      (experiment + [missing], "does not exist; create it first"),
+      (experiment + [str(tmp_path / "file"), "--force"], "is a file"),
+      (experiment + [str(notes)], "pass --force"),
+      (experiment + [str(notes), "--force"], "not a toolscout report directory"),
+      (experiment + [str(tmp_path / "router"), "--force"], "not a toolscout report directory"),
+  ]
+  for args, message in cases:
+    assert cli.main(args) == 2, args
+    err = _error(capsys)
+    assert message in err and err.startswith(f"error: --out {args[args.index('--out') + 1]}"), err
+  assert {p: _snapshot(p) for p in keep} == keep
+  assert not (tmp_path / "no_such_folder").exists()
+  result = _run_script(*route, under_file + ".jsonl")  # as a user runs it: no traceback
+  assert result.returncode == 2 and result.stderr.startswith(f"error: --out {under_file}.jsonl")
+  assert "Traceback" not in result.stderr

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hyset_jax import config as config_lib
-from hyset_jax import losses, negatives, train
+from hyset_jax import batches, losses, model, negatives, sharding, train
 from hyset_jax.errors import UserError
 from hyset_jax.testing import small_config, synthetic_data
 
@@ -82,18 +82,18 @@ def test_one_step_on_eight_devices_equals_one_device():
   nbrs = np.zeros((16, 3, 4), np.int32)
   pools = negatives.sample_pools(gold, range(16), num_tools=40, k_neg=12, max_size=3,
                                  mix=tc.negative_mix, neighbors=nbrs, seed=0, step=0)
-  batch = {"query": qs.embeddings[idx], "members": pools.members, "mask": pools.mask,
-           "selected": np.zeros(16, np.int32), "reward": np.zeros(16, np.float32)}
+  batch = batches.Batch(qs.embeddings[idx], pools.members, pools.mask,
+                        np.zeros(16, np.int32), np.zeros(16, np.float32))
   out = []
   for n in (1, 8):
-    mesh = train.make_mesh(n)
-    trainable = train.init_trainable(data.tool_embeddings, 16, mc, 0)
-    state = train.TrainState(trainable, optimizer.init(trainable))
+    mesh = sharding.make_mesh(n)
+    theta = model.init_theta(data.tool_embeddings, 16, mc, 0)
+    state = train.TrainState(theta, optimizer.init(theta))
     step = train.make_step_fn(mesh, mc, tc, optimizer)
     for _ in range(3):
       state, metrics = step(state, batch)
-    assert len(state.trainable["z"].sharding.device_set) == n
-    out.append(jax.device_get(state.trainable))
+    assert len(state.theta["z"].sharding.device_set) == n
+    out.append(jax.device_get(state.theta))
   for k in out[0]:
     np.testing.assert_allclose(out[0][k], out[1][k], atol=1e-5)
 
@@ -153,7 +153,8 @@ def test_tiny_config_learns_on_real_toollens(tmp_path, shared_data):
   rows = [json.loads(x) for x in (tmp_path / "tiny" / "metrics.jsonl").read_text().splitlines()]
   losses_ = [r["loss"] for r in rows if "loss" in r]
   assert losses_[-1] < 0.5 * losses_[0]
-  from hyset_jax.train import evaluate_split, prepare_data
+  from hyset_jax.evaluation import evaluate_split
+  from hyset_jax.train_data import prepare_data
   from hyset_jax.model import init_params
   data = prepare_data(c)
   val = data.splits["validation"]

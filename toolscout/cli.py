@@ -11,8 +11,15 @@ reference windows (:mod:`toolscout.router`). ``route`` writes one line per
 query, in input order: ``{"query_id", "distance", "route"}`` with ``route``
 ``"specialist"`` when distance < τ, else ``"aggregate"``. Per request by default;
 ``--window N`` scores each request with the centroid of the last N requests
-(rolling), ``--batch N`` scores consecutive chunks of N requests together.
+(rolling), ``--batch N`` scores consecutive chunks of N requests together. The first
+N − 1 rolling windows (and a last, shorter chunk) hold fewer than N requests; each takes
+the τ of the size it holds, not τ(N). N larger than the stream is an error: no request
+would be scored on N requests.
 ``experiment`` runs the paper's main experiment (:mod:`toolscout.experiment`).
+
+Outputs: an existing ``--out`` is refused without ``--force``, and ``--force`` replaces
+only its own kind (a router directory, a report directory, a routes file) — never a
+directory of another kind, such as a ``hyset`` model directory.
 
 User errors print ``error: ...`` on stderr and exit 2, without a traceback.
 """
@@ -20,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import pathlib
 import sys
 import time
 
@@ -40,7 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
   fit.add_argument("--threshold", type=float, metavar="TAU",
                    help="route to the specialist when distance < TAU (in (0, 1]); default: "
                         "95th percentile of held-out reference windows, per window size")
-  fit.add_argument("--force", action="store_true", help="overwrite DIR if it exists")
+  fit.add_argument("--force", action="store_true",
+                   help="replace DIR if it is a toolscout router (never another kind of directory)")
   fit.set_defaults(func=run_fit)
 
   rt = sub.add_parser("route", help="route queries to the specialist or the aggregate retriever",
@@ -50,9 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
                   help="incoming queries in order, BEIR format ({\"_id\", \"text\"})")
   mode = rt.add_mutually_exclusive_group()
   mode.add_argument("--window", type=int, metavar="N",
-                    help="score each query with the centroid of the last N queries (rolling)")
+                    help="score each query with the centroid of the last N queries (rolling; "
+                         "N at most the number of queries)")
   mode.add_argument("--batch", type=int, metavar="N",
-                    help="score consecutive chunks of N queries together")
+                    help="score consecutive chunks of N queries together (N at most the number "
+                        "of queries)")
   rt.add_argument("--threshold", type=float, metavar="TAU",
                   help="override the router's threshold")
   rt.add_argument("--out", required=True, metavar="FILE.jsonl", help="where to write decisions")
@@ -65,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
   ex.add_argument("--out", required=True, metavar="DIR", help="report directory")
   ex.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                   help="override a config field, e.g. --set seed=1 (repeatable)")
-  ex.add_argument("--force", action="store_true", help="write into DIR even if it has a report")
+  ex.add_argument("--force", action="store_true",
+                  help="replace DIR if it holds a toolscout report (never another kind of directory)")
   ex.set_defaults(func=run_experiment)
   return parser
 
@@ -75,21 +85,13 @@ def _check_threshold(tau: float | None) -> None:
     raise UserError(f"--threshold must be in (0, 1] (TF-IDF distances lie in [0, 1]), got {tau}")
 
 
-def _check_out_dir(path: pathlib.Path, force: bool, marker: str) -> None:
-  if path.exists() and not path.is_dir():
-    raise UserError(f"--out {path} is a file; expected a directory")
-  if path.is_dir() and (path / marker).exists() and not force:
-    raise UserError(f"{path} already holds {marker}; pass --force to overwrite it")
-
-
 def run_fit(args: argparse.Namespace) -> int:
   from toolscout import fingerprint as fpr
   from toolscout import router, routerdir
   from toolscout.queries import read_queries
 
   _check_threshold(args.threshold)
-  out = pathlib.Path(args.out)
-  _check_out_dir(out, args.force, routerdir.MANIFEST)
+  out = routerdir.check_out(args.out, args.force, inputs=[args.reference])
   ids, texts = read_queries(args.reference, "reference query file")
   if len(ids) < router.MIN_REFERENCE:
     raise UserError(
@@ -109,46 +111,58 @@ def run_fit(args: argparse.Namespace) -> int:
         "fraction": router.HOLDOUT_FRACTION, "quantile": router.HOLDOUT_QUANTILE,
         "rule": "tau(N) = quantile of held-out reference window distances; fingerprint for "
                 "the holdout fitted on the other queries"}})
-  routerdir.save_router(model, out)
+  routerdir.save_router(model, out, args.force)
   taus = ", ".join(f"N={k}: {v:.3f}" for k, v in sorted(model.thresholds.items()))
   print(f"fitted on {len(ids)} reference queries, {len(fp.vocabulary)} terms, "
         f"{fit_s:.2f}s; tau ({model.threshold_source}) {taus}; wrote {out}")
   return 0
 
 
+def _check_window(flag: str, size: int, n: int, path: str) -> None:
+  """A window or batch larger than the stream would score no request on N requests: τ(N)
+  would then be applied to partial windows it was never calibrated for."""
+  if size > n:
+    raise UserError(f"{flag} {size} is larger than the {n} queries in {path}: no request would "
+                    f"be scored with a window of {size}; use {flag} {n} or less")
+
+
 def run_route(args: argparse.Namespace) -> int:
   from hyset_jax import io_utils
   from toolscout import fingerprint as fpr
-  from toolscout import router, routerdir
+  from toolscout import outputs, router, routerdir
   from toolscout.queries import read_queries
 
   _check_threshold(args.threshold)
   for flag, value in (("--window", args.window), ("--batch", args.batch)):
     if value is not None and value < 1:
       raise UserError(f"{flag} must be >= 1, got {value}")
-  if pathlib.Path(args.out).is_dir():
-    raise UserError(f"--out {args.out} is a directory; give a file such as routes.jsonl")
+  out = outputs.check_file(args.out, args.force, inputs=[args.queries, args.router])
   model = routerdir.load_router(args.router)
-  out = io_utils.check_writable(args.out, args.force)
   ids, texts = read_queries(args.queries)
+  flag, size = ("--batch", args.batch) if args.batch is not None else ("--window", args.window or 1)
+  _check_window(flag, size, len(ids), args.queries)
   start = time.perf_counter()
   if args.batch is not None:
-    size = args.batch
     distances = fpr.chunk_distances(model.fingerprint, texts, size)
+    seen = fpr.chunk_sizes(len(texts), size)
   else:
-    size = args.window or 1
     distances = fpr.window_distances(model.fingerprint, texts, size)
-  tau = (args.threshold if args.threshold is not None
-         else router.threshold_for_window(model.thresholds, size))
-  routes = router.route(distances, tau)
+    seen = fpr.window_sizes(len(texts), size)
+  thresholds = {1: args.threshold} if args.threshold is not None else model.thresholds
+  taus = router.thresholds_for_sizes(thresholds, seen)
+  routes = router.route(distances, taus)
   elapsed = time.perf_counter() - start
   with io_utils.atomic_write(out) as f:
     for query_id, d, r in zip(ids, distances, routes):
       f.write(json.dumps({"query_id": query_id, "distance": round(float(d), 6),
                           "route": str(r)}) + "\n")
   n_spec = int((routes == router.SPECIALIST).sum())
-  print(f"routed {len(ids)} queries (tau={tau:.3f}): {n_spec} specialist, "
-        f"{len(ids) - n_spec} aggregate; {1000 * elapsed / len(ids):.3f} ms/query; wrote {out}")
+  partial = int((seen < size).sum())
+  shorter = (f"; {partial} scored on fewer than {size} queries, each with the tau of its size"
+             if partial else "")
+  print(f"routed {len(ids)} queries (tau={router.threshold_for_window(thresholds, size):.3f}"
+        f"{shorter}): {n_spec} specialist, {len(ids) - n_spec} aggregate; "
+        f"{1000 * elapsed / len(ids):.3f} ms/query; wrote {out}")
   return 0
 
 
@@ -157,9 +171,7 @@ def run_experiment(args: argparse.Namespace) -> int:
   from toolscout import experiment
 
   config = cfg.apply_overrides(cfg.get_config(args.config), args.set)
-  out = pathlib.Path(args.out)
-  _check_out_dir(out, args.force, "report.json")
-  experiment.run_and_write(config, out)
+  experiment.run_and_write(config, args.out, args.force)  # checks --out before any work
   return 0
 
 

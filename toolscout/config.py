@@ -12,10 +12,10 @@ Presets:
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from hyset_jax import config as config_lib
 from hyset_jax.errors import UserError
 from toolscout.adapter import AdapterConfig
 
@@ -26,7 +26,8 @@ class ExperimentConfig:
 
   Attributes:
     name: preset name (recorded in the report).
-    toollens_spec: ``beir:PATH`` of ToolLens (relative paths are from the working folder).
+    toollens_spec: ``beir:PATH`` of ToolLens (relative paths are from the working folder);
+      default: ``toollens`` under the shared data root (:func:`hyset_jax.config.shared_data`).
     bfcl_spec: ``bfcl`` (the installed bfcl-eval data) or ``bfcl:PATH``.
     bfcl_categories: BFCL categories to use; empty = all with answers.
     reference_source: the specialist's training source.
@@ -54,7 +55,8 @@ class ExperimentConfig:
     seed: every random choice.
   """
   name: str = "full"
-  toollens_spec: str = "beir:../shared/data/toollens"
+  toollens_spec: str = dataclasses.field(
+      default_factory=lambda: "beir:" + config_lib.shared_data("toollens"))
   bfcl_spec: str = "bfcl"
   bfcl_categories: tuple[str, ...] = ()
   reference_source: str = "toollens"
@@ -102,65 +104,38 @@ class ExperimentConfig:
       raise UserError("windows and repair_shots must be non-empty lists of positive integers")
 
 
-PRESETS: dict[str, ExperimentConfig] = {
-    "full": ExperimentConfig(),
-    "tiny": ExperimentConfig(
-        name="tiny", bfcl_categories=("simple_python", "simple_java", "live_simple"),
-        max_train=60, max_test=30, encoder="hashing", epochs=2, batch_size=16,
-        repair_shots=(5, 10), repair_epochs=5, repair_max_sources=2,
-        reranker_train_queries=100, mlp_hidden=(16,), mlp_max_iter=50, windows=(1, 10),
-        classifier_min_count=20, latency_requests=50),
-}
+def full() -> ExperimentConfig:
+  """The measured run (the defaults)."""
+  return ExperimentConfig()
+
+
+def tiny() -> ExperimentConfig:
+  """:func:`full` on three small BFCL categories and capped ToolLens with the hashing encoder."""
+  return dataclasses.replace(
+      full(), name="tiny", bfcl_categories=("simple_python", "simple_java", "live_simple"),
+      max_train=60, max_test=30, encoder="hashing", epochs=2, batch_size=16,
+      repair_shots=(5, 10), repair_epochs=5, repair_max_sources=2,
+      reranker_train_queries=100, mlp_hidden=(16,), mlp_max_iter=50, windows=(1, 10),
+      classifier_min_count=20, latency_requests=50)
+
+
+# Built when asked for, so the data root (HYSET_DATA) is read then, not at import.
+PRESETS: dict[str, Callable[[], ExperimentConfig]] = {"full": full, "tiny": tiny}
 
 
 def get_config(name: str) -> ExperimentConfig:
   if name not in PRESETS:
     raise UserError(f"unknown config {name!r}; choose from {', '.join(sorted(PRESETS))}")
-  return PRESETS[name]
-
-
-def _parse_value(raw: str, current: Any, key: str) -> Any:
-  if isinstance(current, str):
-    return raw
-  try:
-    value = json.loads(raw)
-  except json.JSONDecodeError:
-    value = raw.split(",") if isinstance(current, tuple) else raw
-  if isinstance(current, bool):
-    if raw.lower() in ("true", "false"):
-      return raw.lower() == "true"
-    raise UserError(f"--set {key}: expected true or false, got {raw!r}")
-  if isinstance(current, tuple):
-    items = value if isinstance(value, list) else [value]
-    kind = type(current[0]) if current else str
-    try:
-      return tuple(kind(v) for v in items)
-    except (TypeError, ValueError):
-      raise UserError(f"--set {key}: expected a comma-separated or JSON list of "
-                      f"{kind.__name__}, got {raw!r}") from None
-  if isinstance(current, (int, float)) and isinstance(value, (int, float)) \
-      and not isinstance(value, bool):
-    if isinstance(current, int) and not float(value).is_integer():
-      raise UserError(f"--set {key}: expected an integer, got {raw!r}")
-    return type(current)(value)
-  raise UserError(f"--set {key}: expected a {type(current).__name__}, got {raw!r}")
+  return PRESETS[name]()
 
 
 def apply_overrides(config: ExperimentConfig, overrides: Sequence[str]) -> ExperimentConfig:
-  """``config`` with ``KEY=VALUE`` overrides applied and validated.
+  """``config`` with ``KEY=VALUE`` overrides applied (hyset's parser, the one of the project) and
+  validated.
 
-  >>> apply_overrides(PRESETS["tiny"], ["seed=3", "windows=1,5"]).windows
+  >>> apply_overrides(get_config("tiny"), ["seed=3", "windows=1,5"]).windows
   (1, 5)
   """
-  fields = {f.name: f for f in dataclasses.fields(config)}
-  changes = {}
-  for item in overrides:
-    key, sep, raw = item.partition("=")
-    key = key.strip()
-    if not sep or key not in fields:
-      raise UserError(f"--set {item!r}: expected KEY=VALUE with KEY one of "
-                      f"{', '.join(sorted(fields))}")
-    changes[key] = _parse_value(raw.strip(), getattr(config, key), key)
-  config = dataclasses.replace(config, **changes)
+  config = config_lib.apply_overrides(config, overrides)
   config.validate()
   return config

@@ -196,6 +196,25 @@ def chunk_distances(fp: Fingerprint, texts: Sequence[str], size: int) -> np.ndar
   return per_chunk[chunk]
 
 
+def window_sizes(n: int, window: int) -> np.ndarray:
+  """How many requests each rolling-window decision of :func:`window_distances` saw, ``int64[n]``.
+
+  >>> window_sizes(5, 3).tolist()
+  [1, 2, 3, 3, 3]
+  """
+  return np.minimum(np.arange(n) + 1, window)
+
+
+def chunk_sizes(n: int, size: int) -> np.ndarray:
+  """How many requests the chunk of each request in :func:`chunk_distances` holds, ``int64[n]``.
+
+  >>> chunk_sizes(5, 2).tolist()
+  [2, 2, 2, 2, 1]
+  """
+  chunk = np.arange(n) // size
+  return np.minimum(size, n - chunk * size)
+
+
 def centroid_distance(a: np.ndarray | sp.spmatrix, b: np.ndarray | sp.spmatrix) -> float:
   """1 − cos(mean row of ``a``, mean row of ``b``) for any two feature matrices.
 

@@ -1,7 +1,7 @@
 """Source-level detectors of specialist collapse, and how well they track it (paper §5.2, A.3).
 
-Every detector maps a source (its queries, optionally its gold tools) to one
-number that grows with its difference from the reference source:
+Every detector (:class:`toolscout.keys.Detector`) maps a source (its queries, optionally
+its gold tools) to one number that grows with its difference from the reference source:
 
 - ``tfidf``: query-side d_tfidf (:mod:`toolscout.fingerprint`), source centroid vs reference.
 - ``tfidf_tool``: the same over the gold tool texts of each source's queries
@@ -20,8 +20,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-
-DETECTORS = ("tfidf", "tfidf_tool", "semantic", "length_gap", "multistep_gap")
 
 
 def mean_length(texts: Sequence[str]) -> float:

@@ -22,7 +22,9 @@ Two ways to choose τ:
   traffic is treated as a different source. Distances shrink as windows grow
   (a centroid of many requests is closer to any centroid), hence one τ per window
   size; a window size between tabulated ones uses the next larger tabulated
-  size, whose τ is smaller, i.e. the more conservative one.
+  size, whose τ is smaller, i.e. the more conservative one. A decision scored on fewer
+  requests than asked for (the first N − 1 of a rolling window of N, the last chunk of a
+  stream) takes the τ of the size it saw (:func:`thresholds_for_sizes`).
 """
 from __future__ import annotations
 
@@ -49,8 +51,9 @@ DEFAULT_WINDOWS = (1, 2, 5, 10, 20, 50, 100, 200)
 MIN_REFERENCE = 20
 
 
-def route(distances: np.ndarray, threshold: float) -> np.ndarray:
-  """``"specialist"`` where d < τ else ``"aggregate"``, ``str[n]``.
+def route(distances: np.ndarray, threshold: float | np.ndarray) -> np.ndarray:
+  """``"specialist"`` where d < τ else ``"aggregate"``, ``str[n]``; τ is one value or one per
+  decision (``float64[n]``, :func:`thresholds_for_sizes`).
 
   >>> route(np.array([0.1, 0.5, 0.9]), 0.5).tolist()
   ['specialist', 'aggregate', 'aggregate']
@@ -219,3 +222,17 @@ def threshold_for_window(thresholds: Mapping[int, float], window: int) -> float:
     if size >= window:
       return float(thresholds[size])
   return float(thresholds[sizes[-1]])
+
+
+def thresholds_for_sizes(thresholds: Mapping[int, float], sizes: np.ndarray) -> np.ndarray:
+  """τ of each decision from the size of the window it was scored on, ``float64[n]``.
+
+  A rolling window's first N − 1 decisions (and a stream's last, shorter chunk) see fewer
+  than N requests; their distances are those of a smaller window, so they take that size's
+  τ (:func:`threshold_for_window`), not τ(N).
+
+  >>> thresholds_for_sizes({1: 0.9, 2: 0.7, 5: 0.5}, np.array([1, 2, 3, 3])).tolist()
+  [0.9, 0.7, 0.5, 0.5]
+  """
+  table = {int(k): threshold_for_window(thresholds, int(k)) for k in np.unique(sizes)}
+  return np.array([table[int(k)] for k in sizes], np.float64)

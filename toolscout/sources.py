@@ -94,9 +94,60 @@ def _resolve_beir(spec: str) -> str:
   scheme, _, path = spec.partition(":")
   if scheme == "beir" and path and not os.path.isdir(os.path.expanduser(path)):
     raise UserError(f"ToolLens folder {path!r} not found (spec {spec!r}); pass "
-                    f"--set toollens_spec=beir:PATH with the BEIR folder of ToolLens "
-                    f"(e.g. ../shared/data/toollens from the repository root)")
+                    f"--set toollens_spec=beir:PATH with the BEIR folder of ToolLens, or set "
+                    f"HYSET_DATA to the data root that holds toollens/")
   return spec
+
+
+Tools = list[tuple[str, str, dict]]  # (id, text, metadata) of library rows
+BySource = dict[str, dict[str, list[Query]]]  # [source][split] -> queries
+
+
+def _toollens(spec: str) -> tuple[Tools, BySource, list[str]]:
+  """ToolLens tools and queries, each query in one of the two styles by a hash of its id."""
+  lens = load_dataset(_resolve_beir(spec))
+  tools = [(f"toollens/{tid}", text, {**m, "corpus": "toollens"})
+           for tid, text, m in zip(lens.tools.ids, lens.tools.texts, lens.tools.metadata)]
+  lens_text = dict(zip(lens.tools.ids, lens.tools.texts))
+  by_source: BySource = {}
+  for split in ("train", "test"):
+    for q in lens.split(split):
+      gold = tuple(f"toollens/{g}" for g in q.gold)
+      if splits.unit_hash(q.id, "toolscout-style") < 0.5:
+        name, text = TOOLLENS, q.text
+      else:
+        name, text = TOOLLENS_API, render_api_request(q.id, [lens_text[g] for g in q.gold])
+      by_source.setdefault(name, {"train": [], "test": []})[split].append(
+          Query(f"toollens/{q.id}", text, gold, name))
+  return tools, by_source, list(lens.notes)
+
+
+def _bfcl(spec: str, categories: tuple[str, ...] | None) -> tuple[Tools, BySource, list[str]]:
+  """BFCL functions and queries, one source per category, split by a hash of the query id."""
+  bfcl = load_dataset(spec)
+  tools = [(f"bfcl/{tid}", text, {**m, "corpus": "bfcl"})
+           for tid, text, m in zip(bfcl.tools.ids, bfcl.tools.texts, bfcl.tools.metadata)]
+  known = set(bfcl.tools.ids)
+  wanted = None if categories is None else set(categories)
+  by_source: BySource = {}
+  dropped = 0
+  for queries in bfcl.splits.values():
+    for q in queries:
+      if wanted is not None and q.source not in wanted:
+        continue
+      gold = tuple(f"bfcl/{g}" for g in q.gold if g in known)
+      if not gold:
+        dropped += 1
+        continue
+      split = splits.assign(q.id, BFCL_SPLIT, salt="toolscout")
+      by_source.setdefault(q.source, {"train": [], "test": []})[split].append(
+          Query(f"bfcl/{q.id}", q.text, gold, q.source))
+  if wanted is not None and wanted - by_source.keys():
+    raise UserError(f"unknown BFCL categories {sorted(wanted - by_source.keys())}; "
+                    f"available: {sorted(by_source)}")
+  notes = [f"bfcl: {dropped} queries whose gold functions are defined nowhere; left out"
+           ] if dropped else []
+  return tools, by_source, notes
 
 
 def build_suite(toollens_spec: str, bfcl_spec: str | None = "bfcl",
@@ -111,53 +162,11 @@ def build_suite(toollens_spec: str, bfcl_spec: str | None = "bfcl",
     reference: the source listed first (the specialist's training source).
     max_train, max_test: per-source caps.
   """
-  lens = load_dataset(_resolve_beir(toollens_spec))
-  ids, texts, meta = [], [], []
-  for tid, text, m in zip(lens.tools.ids, lens.tools.texts, lens.tools.metadata):
-    ids.append(f"toollens/{tid}")
-    texts.append(text)
-    meta.append({**m, "corpus": "toollens"})
-  lens_text = dict(zip(lens.tools.ids, lens.tools.texts))
-  by_source: dict[str, dict[str, list[Query]]] = {}
-
-  for split in ("train", "test"):
-    for q in lens.split(split):
-      gold = tuple(f"toollens/{g}" for g in q.gold)
-      qid = f"toollens/{q.id}"
-      if splits.unit_hash(q.id, "toolscout-style") < 0.5:
-        name, text = TOOLLENS, q.text
-      else:
-        name, text = TOOLLENS_API, render_api_request(q.id, [lens_text[g] for g in q.gold])
-      by_source.setdefault(name, {"train": [], "test": []})[split].append(
-          Query(qid, text, gold, name))
-
-  notes = list(lens.notes)
+  tools, by_source, notes = _toollens(toollens_spec)
   if bfcl_spec is not None:
-    bfcl = load_dataset(bfcl_spec)
-    for tid, text, m in zip(bfcl.tools.ids, bfcl.tools.texts, bfcl.tools.metadata):
-      ids.append(f"bfcl/{tid}")
-      texts.append(text)
-      meta.append({**m, "corpus": "bfcl"})
-    known = set(bfcl.tools.ids)
-    wanted = None if bfcl_categories is None else set(bfcl_categories)
-    dropped = 0
-    for queries in bfcl.splits.values():
-      for q in queries:
-        if wanted is not None and q.source not in wanted:
-          continue
-        gold = tuple(f"bfcl/{g}" for g in q.gold if g in known)
-        if not gold:
-          dropped += 1
-          continue
-        split = splits.assign(q.id, BFCL_SPLIT, salt="toolscout")
-        by_source.setdefault(q.source, {"train": [], "test": []})[split].append(
-            Query(f"bfcl/{q.id}", q.text, gold, q.source))
-    if wanted is not None and wanted - by_source.keys():
-      raise UserError(f"unknown BFCL categories {sorted(wanted - by_source.keys())}; "
-                      f"available: {sorted(set(by_source) - {TOOLLENS, TOOLLENS_API})}")
-    if dropped:
-      notes.append(f"bfcl: {dropped} queries whose gold functions are defined nowhere; left out")
-
+    bfcl_tools, bfcl_sources, bfcl_notes = _bfcl(bfcl_spec, bfcl_categories)
+    tools, notes = tools + bfcl_tools, notes + bfcl_notes
+    by_source.update(bfcl_sources)
   if reference not in by_source:
     raise UserError(f"reference source {reference!r} not among the sources "
                     f"{sorted(by_source)}")
@@ -169,5 +178,5 @@ def build_suite(toollens_spec: str, bfcl_spec: str | None = "bfcl",
       notes.append(f"{name}: no test queries after the split; left out")
       continue
     sources[name] = Source(name, train, test)
-  tools = ToolLibrary(tuple(ids), tuple(texts), tuple(meta))
-  return Suite(tools, sources, tuple(notes))
+  ids, texts, meta = zip(*tools)
+  return Suite(ToolLibrary(tuple(ids), tuple(texts), tuple(meta)), sources, tuple(notes))

@@ -1,0 +1,1 @@
+"""Training presets (installed as hyset_jax.configs): `hyset train --config NAME`."""

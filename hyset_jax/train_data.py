@@ -1,0 +1,68 @@
+"""The training inputs: a data set read through its spec and encoded once with the frozen
+encoder (cached), as tool rows and per-split query sets."""
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import numpy as np
+
+from hyset_jax import config as config_lib
+from hyset_jax.errors import UserError
+
+log = logging.getLogger("hyset_jax.train")
+
+
+@dataclasses.dataclass(frozen=True)
+class QuerySet:
+  """One split's queries: ids, texts, f32[n, d_r] frozen embeddings, gold sets as sorted rows."""
+  ids: tuple[str, ...]
+  texts: tuple[str, ...]
+  embeddings: np.ndarray            # f32[n, d_r]
+  gold: tuple[tuple[int, ...], ...]  # sorted tool rows
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingData:
+  """The library (ids, f32[N, d_z] encoder embeddings, the query encoder's name) and the splits."""
+  tool_ids: tuple[str, ...]
+  tool_embeddings: np.ndarray       # f32[N, d_z], encoder output
+  query_encoder: str
+  splits: dict[str, QuerySet]
+
+
+def prepare_data(config: config_lib.Config) -> TrainingData:
+  """Read the data set, encode tools and queries with the frozen encoder (cached)."""
+  from hyset_jax.data.specs import load_dataset
+  from hyset_jax.data.splits import with_validation
+  from hyset_jax.encoder import encode_cached, load_encoder
+
+  c = config.data
+  dataset = load_dataset(c.spec, max_set_size=config.model.max_set_size)
+  if c.val_split not in dataset.splits:
+    dataset = with_validation(dataset, c.validation_fraction)
+  if len(dataset.tools) < config.model.k_pool:
+    raise UserError(f"{c.spec}: the tool library has {len(dataset.tools)} tools, fewer than "
+                    f"model.k_pool = {config.model.k_pool}; lower model.k_pool and model.k1")
+  encoder = load_encoder(config.model.encoder or None)
+  index = dataset.tools.index()
+  splits = {}
+  for name, limit in ((c.train_split, c.max_train_queries), (c.val_split, c.max_eval_queries),
+                      (c.test_split, c.max_eval_queries)):
+    queries = dataset.split(name)
+    if limit:
+      queries = queries[:limit]
+    missing = [q.id for q in queries if any(t not in index for t in q.gold)]
+    if missing:
+      raise UserError(f"{c.spec}: {len(missing)} {name} queries name gold tools missing from "
+                      f"the library, e.g. {missing[:3]}")
+    if not queries:
+      raise UserError(f"{c.spec}: split {name!r} has no queries")
+    log.info("encoding %d %s queries", len(queries), name)
+    emb = encode_cached(encoder, [q.text for q in queries])
+    splits[name] = QuerySet(tuple(q.id for q in queries), tuple(q.text for q in queries),
+                            np.asarray(emb, np.float32),
+                            tuple(tuple(sorted(index[t] for t in q.gold)) for q in queries))
+  log.info("encoding %d tools", len(dataset.tools))
+  tool_emb = np.asarray(encode_cached(encoder, dataset.tools.texts), np.float32)
+  return TrainingData(dataset.tools.ids, tool_emb, encoder.name, splits)

@@ -1,0 +1,158 @@
+"""The query tower and the query-conditioned set term against brute force, their identity at
+initialisation, and their travel through the hyset/2 model directory."""
+import itertools
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hyset_jax import inference, model, modeldir, scoring
+from hyset_jax.errors import UserError
+from hyset_jax.scoring import HysetParams, QueryInteraction, QueryTower
+
+
+def random_params(rng, n=14, d=6, max_size=3, depth=2, hidden=5, rank=3) -> HysetParams:
+  z = rng.normal(size=(n, d))
+  z /= np.linalg.norm(z, axis=1, keepdims=True)
+  ms = rng.normal(size=(max_size - 1, d, d)) * 0.5
+  ms = 0.5 * (ms + np.swapaxes(ms, 1, 2))
+  f = lambda *s: rng.normal(size=s).astype(np.float32) * 0.5
+  tower = QueryTower(f(depth, d, hidden), f(depth, hidden), f(depth, hidden, d), f(depth, d))
+  cond = QueryInteraction(f(max_size - 1, d, rank), f(max_size - 1, d, rank), f(max_size - 1, d),
+                          f(max_size - 1))
+  return jax.tree.map(lambda a: np.asarray(a, np.float32),
+                      HysetParams(z, rng.normal(size=(d, d)), ms, tower, cond))
+
+
+def brute_score(params: HysetParams, r: np.ndarray, members) -> float:
+  """F(x, E) straight from the definitions, float64, one set at a time."""
+  p64 = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+  h = r.astype(np.float64)
+  t = p64.tower
+  for layer in range(t.w_in.shape[0]):
+    h = h + np.maximum(h @ t.w_in[layer] + t.b_in[layer], 0) @ t.w_out[layer] + t.b_out[layer]
+  ell = np.array([h @ p64.projection @ p64.tool_embeddings[j] for j in members])
+  a = np.exp(ell - ell.max())
+  score = float((a / a.sum() * ell).sum())
+  m = len(members)
+  if m >= 2:
+    z, qi = p64.tool_embeddings, p64.conditioned
+    c = h @ qi.w[m - 2]
+    for i, j in itertools.combinations(members, 2):
+      score += z[i] @ p64.interactions[m - 2] @ z[j]
+      score += float(np.sum(c * (z[i] @ qi.u[m - 2]) * (z[j] @ qi.u[m - 2])))
+    score += float(h @ qi.v[m - 2] + qi.b[m - 2])
+  return score
+
+
+def test_set_scores_with_tower_and_conditioned_term_match_brute_force():
+  rng = np.random.default_rng(0)
+  params = random_params(rng)
+  r = rng.normal(size=(2, 6)).astype(np.float32)
+  members = np.array([[[0, 3, 5], [7, 0, 0], [2, 9, 0]], [[1, 2, 0], [4, 8, 11], [13, 0, 0]]])
+  mask = np.array([[[1, 1, 1], [1, 0, 0], [1, 1, 0]], [[1, 1, 0], [1, 1, 1], [1, 0, 0]]], bool)
+  for method in ("gram", "gather"):
+    got = np.asarray(scoring.set_scores(params, r, members, mask, method))
+    for b, c in itertools.product(range(2), range(3)):
+      e = tuple(members[b, c][mask[b, c]])
+      assert got[b, c] == pytest.approx(brute_score(params, r[b], e), rel=1e-4, abs=1e-4)
+
+
+def test_shortlist_pairs_sum_to_the_set_term():
+  rng = np.random.default_rng(1)
+  params = random_params(rng, max_size=4)
+  r = rng.normal(size=(3, 6)).astype(np.float32)
+  tools = np.stack([rng.permutation(14)[:7] for _ in range(3)])
+  pairs = np.asarray(scoring.shortlist_pairs(params, r, tools))          # [Q, M-1, K, K]
+  for q in range(3):
+    for subset in [(0, 1), (2, 4, 6), (0, 1, 3, 5)]:
+      members = tools[q, list(subset)]
+      m = len(subset)
+      from_pairs = sum(pairs[q, m - 2, i, j] for i, j in itertools.combinations(subset, 2))
+      f_align = float(scoring.set_scores(params._replace(
+          interactions=0 * params.interactions, conditioned=None), r[q:q + 1],
+          members[None, None], np.ones((1, 1, m), bool))[0, 0])
+      assert from_pairs + f_align == pytest.approx(brute_score(params, r[q], members), abs=1e-3)
+
+
+def test_two_stage_argmax_is_exact_with_extensions():
+  rng = np.random.default_rng(2)
+  params = random_params(rng, n=20, max_size=3)
+  r = rng.normal(size=(4, 6)).astype(np.float32)
+  pred = inference.predict(params, r, k1=5, k_pool=8, max_size=3)
+  for q in range(4):
+    shortlist = np.asarray(pred.shortlist[q])
+    best = max((s for m in (1, 2, 3) for s in itertools.combinations(shortlist, m)),
+               key=lambda s: brute_score(params, r[q], s))
+    got = np.asarray(pred.set_tools[q])[:int(pred.set_size[q])]
+    assert sorted(got.tolist()) == sorted(int(t) for t in best)
+    assert float(pred.set_score[q]) == pytest.approx(brute_score(params, r[q], best), abs=1e-3)
+
+
+def test_initial_tower_and_conditioned_term_are_the_paper_model():
+  rng = np.random.default_rng(3)
+  emb = rng.normal(size=(30, 8))
+  plain = model.init_params(emb, 8, 3, jax.random.key(1), scale=20.0)
+  extended = model.init_params(emb, 8, 3, jax.random.key(1), scale=20.0, tower_depth=2,
+                               tower_hidden=16, conditioned_rank=4)
+  assert extended.tower.w_in.shape == (2, 8, 16) and extended.conditioned.u.shape == (2, 8, 4)
+  r = jnp.asarray(rng.normal(size=(5, 8)), jnp.float32)
+  a = inference.predict(plain, r, k1=6, k_pool=10, max_size=3)
+  b = inference.predict(extended, r, k1=6, k_pool=10, max_size=3)
+  for x, y in zip(a, b):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-5)
+
+
+def test_gradients_reach_the_tower_and_the_conditioned_term():
+  rng = np.random.default_rng(4)
+  emb = rng.normal(size=(12, 6))
+  params = model.init_params(emb, 6, 3, tower_depth=1, conditioned_rank=2)
+  r = jnp.asarray(rng.normal(size=(2, 6)), jnp.float32)
+  members = rng.integers(0, 12, (2, 4, 3))
+  mask = np.ones((2, 4, 3), bool)
+  grads = jax.grad(lambda p: jnp.sum(scoring.set_scores(p, r, members, mask) ** 2))(params)
+  assert np.any(grads.tower.w_out) and np.any(grads.conditioned.w)
+  assert np.any(grads.conditioned.v) and np.any(grads.conditioned.b)
+
+
+def test_hyset2_round_trip_and_hyset1_still_read(tmp_path):
+  rng = np.random.default_rng(5)
+  params = model.host_params(random_params(rng))
+  ids = tuple(f"t{i}" for i in range(14))
+  md = modeldir.ModelDir(params, ids, 3, 4, 8, None, ranking="logit")
+  modeldir.save_model_dir(tmp_path / "m2", md)
+  back = modeldir.load_model_dir(tmp_path / "m2")
+  assert back.ranking == "logit" and back.query_encoder is None
+  assert len(jax.tree.leaves(back.params)) == len(jax.tree.leaves(params)) == 11
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(back.params)):
+    np.testing.assert_array_equal(a, b)
+  manifest = json.loads((tmp_path / "m2" / "manifest.json").read_text())
+  assert manifest["format"] == "hyset/2"
+  # hyset/1: no tower, no conditioned term, no ranking field.
+  plain = params._replace(tower=None, conditioned=None)
+  modeldir.save_model_dir(tmp_path / "m1", modeldir.ModelDir(plain, ids, 3, 4, 8, "enc"))
+  m1 = json.loads((tmp_path / "m1" / "manifest.json").read_text())
+  m1["format"] = "hyset/1"
+  del m1["ranking"]
+  (tmp_path / "m1" / "manifest.json").write_text(json.dumps(m1))
+  old = modeldir.load_model_dir(tmp_path / "m1")
+  assert old.params.tower is None and old.ranking is None
+  # A hyset/2 tensor under a hyset/1 manifest, and an incomplete group, are refused by name.
+  manifest["format"] = "hyset/1"
+  (tmp_path / "m2" / "manifest.json").write_text(json.dumps(manifest))
+  with pytest.raises(UserError, match="tower_w_in.*hyset/2"):
+    modeldir.load_model_dir(tmp_path / "m2")
+  from safetensors.numpy import load_file, save_file
+  manifest["format"] = "hyset/2"
+  (tmp_path / "m2" / "manifest.json").write_text(json.dumps(manifest))
+  tensors = load_file(str(tmp_path / "m2" / "params.safetensors"))
+  del tensors["conditioned_v"]
+  save_file(tensors, str(tmp_path / "m2" / "params.safetensors"))
+  with pytest.raises(UserError, match="missing tensor 'conditioned_v'"):
+    modeldir.load_model_dir(tmp_path / "m2")
+  manifest["ranking"] = "sideways"
+  (tmp_path / "m1" / "manifest.json").write_text(json.dumps(dict(manifest, format="hyset/2")))
+  with pytest.raises(UserError, match="manifest.json: field 'ranking'"):
+    modeldir.load_model_dir(tmp_path / "m1")
