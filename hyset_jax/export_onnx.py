@@ -4,15 +4,16 @@ Files::
 
   stage1.onnx     query_embeddings f32[B, d_r] -> shortlist i32[B, K_pool],
                                                   shortlist_logits f32[B, K_pool]
-  stage2.onnx     shortlist, shortlist_logits  -> set_tools i32[B, M], set_size i32[B],
+  stage2.onnx     query_embeddings, shortlist, shortlist_logits
+                                               -> set_tools i32[B, M], set_size i32[B],
                                                   set_score f32[B], ranking i32[B, K_pool]
   signature.json  format, sizes, tool_ids (row order), inputs and outputs of each model
 
 The functions converted are the StableHLO export's (:func:`hyset_jax.export.stablehlo_functions`:
 :func:`hyset_jax.inference.shortlist` and :func:`hyset_jax.inference.rerank` with θ closed over),
 so θ is embedded as initializers and the outputs mean what ``hyset predict`` writes (tool rows;
-``tool_ids`` maps them to ids). Run them with onnxruntime: stage 1's outputs are stage 2's
-inputs.
+``tool_ids`` maps them to ids). Run them with onnxruntime: stage 1's outputs, with the query
+embeddings again (hyset/2's query-conditioned set term uses them), are stage 2's inputs.
 
 Exporter: jax2onnx (maintained, converts jaxprs primitive by primitive, no TensorFlow). What
 does not export, plainly:

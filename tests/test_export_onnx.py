@@ -39,7 +39,7 @@ def test_onnx_matches_predict(tmp_path, batch):
     padded = np.concatenate([chunk, np.zeros((batch - n, D), np.float32)])
     shortlist, logits = s1.run(None, {"query_embeddings": padded})
     set_tools, set_size, set_score, ranking = s2.run(
-        None, {"shortlist": shortlist, "shortlist_logits": logits})
+        None, {"query_embeddings": padded, "shortlist": shortlist, "shortlist_logits": logits})
     for q in range(n):
       got.append({"set": [ids[t] for t in set_tools[q] if t >= 0],
                   "set_size": int(set_size[q]), "set_score": float(set_score[q]),

@@ -23,13 +23,15 @@ from hyset_jax import inference
 from hyset_jax.data.tooltext import definition
 from hyset_jax.errors import UserError
 
-# The values of the ``ranking`` request field. ``greedy`` is the ranking inference computes
-# today: greedy marginal gain under F for the first M positions, then the rest of the shortlist
-# by ℓ. When inference names more methods (``inference.RANKINGS``, with a ``ranking=``
-# argument of ``predict_batched``), exactly those are accepted and passed on.
-RANKINGS: tuple[str, ...] = tuple(getattr(inference, "RANKINGS", ("greedy",)))
-DEFAULT_RANKING = RANKINGS[0]
+# The values of the ``ranking`` request field: the methods inference lists (inference.RANKINGS)
+# once ``predict_batched`` takes a ``ranking=`` argument, and the choice is passed on. Until
+# then only the ranking it always computes is accepted — ``greedy``: greedy marginal gain under
+# F for the first M positions, then the rest of the shortlist by ℓ — so no request names a
+# method it would not get.
 _PASSES_RANKING = "ranking" in inspect.signature(inference.predict_batched).parameters
+DEFAULT_RANKING: str = inference.DEFAULT_RANKING
+RANKINGS: tuple[str, ...] = (tuple(inference.RANKINGS) if _PASSES_RANKING
+                             else (DEFAULT_RANKING,))
 # Encoder rows per forward pass in a server (see load_retriever), and the longest query length
 # (tokens) compiled at start-up; longer queries compile on first sight.
 ENCODER_ROWS = 8
@@ -100,7 +102,10 @@ class Retriever:
     self.definitions = definitions
     self.method = method
     self.max_batch = max_batch
-    self.defaults = Options(model.max_set_size, model.k_pool, DEFAULT_RANKING)
+    # The manifest's ranking (hyset/2) is the default when it is one we can compute.
+    ranking = getattr(model, "ranking", None)
+    self.default_ranking = ranking if ranking in RANKINGS else DEFAULT_RANKING
+    self.defaults = Options(model.max_set_size, model.k_pool, self.default_ranking)
     self.warm_texts = list(warm_texts)
 
   @property
@@ -119,7 +124,7 @@ class Retriever:
     if not low <= k_pool <= n:
       raise FieldError("k_pool", f"must be between {low} (above the model's k1 = {m.k1} and "
                                  f"at least max_size) and the library size {n}, got {k_pool}")
-    ranking = DEFAULT_RANKING if ranking is None else ranking
+    ranking = self.default_ranking if ranking is None else ranking
     if ranking not in RANKINGS:
       raise FieldError("ranking", f"must be one of {', '.join(RANKINGS)}, got {ranking!r}")
     return Options(max_size, k_pool, ranking)
