@@ -351,3 +351,17 @@ def test_tools_add_and_remove(tmp_path, model_dir, capsys):
                    str(tmp_path / "r4")]) == 2
   assert "would have 6 tools" in capsys.readouterr().err
   assert not (tmp_path / "r3").exists() and not (tmp_path / "r4").exists()
+
+
+def test_a_model_without_encoder_is_refused(tmp_path, capsys):
+  from test_predict_cli import write_model_dir
+  write_model_dir(tmp_path / "m", manifest={"format": "hyset/2", "query_encoder": None})
+  lib = serving.write_library(tmp_path / "lib.json", n=2)
+  assert cli.main(["tools", "add", "--model", str(tmp_path / "m"), "--tools", f"mcp:{lib}",
+                   "--out", str(tmp_path / "o")]) == 2
+  assert "names no encoder" in capsys.readouterr().err
+  assert cli.main(["serve", "--model", str(tmp_path / "m"), "--port",
+                   str(serving.free_port())]) == 2
+  assert "names no query encoder" in capsys.readouterr().err
+  assert cli.main(["serve", "--model", str(tmp_path / "m"), "--port", "70000"]) == 2
+  assert "cannot listen on 127.0.0.1:70000" in capsys.readouterr().err

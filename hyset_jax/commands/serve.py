@@ -63,8 +63,9 @@ def check_port(host: str, port: int) -> None:
     with socket.socket(family, socket.SOCK_STREAM) as s:
       s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
       s.bind((host, port))
-  except OSError as e:
-    raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+  except (OSError, OverflowError) as e:  # OverflowError: a port above 65535
+    raise UserError(f"cannot listen on {host}:{port}: {getattr(e, 'strerror', None) or e}"
+                    ) from None
 
 
 def run(args: argparse.Namespace) -> int:

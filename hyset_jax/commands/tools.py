@@ -51,6 +51,9 @@ def run(args: argparse.Namespace) -> int:
     from hyset_jax.encoder import encode_cached, load_encoder
     tools = load_dataset(args.tools).tools
     encoder_name = getattr(model, "tool_encoder", None) or model.query_encoder
+    if not encoder_name:
+      raise UserError(f"{source}: the manifest names no encoder (query_encoder is null), so "
+                      f"new tools cannot be embedded the way the model's were")
     encoder = load_encoder(encoder_name)
     emb = encode_cached(encoder, tools.texts)  # the vectors training used for the same texts
     edited = tooledit.add_tools(model, tools.ids, emb)

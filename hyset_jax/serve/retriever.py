@@ -207,6 +207,9 @@ def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *, method: s
     spec = data_spec(source, None)
     tool_specs = (spec,) if spec else ()
   definitions, where = tool_catalog(model.tool_ids, tool_specs)
+  if not model.query_encoder:
+    raise UserError(f"{source}: the manifest names no query encoder (query_encoder is null), "
+                    f"so text queries cannot be embedded; serve a model trained with an encoder")
   encoder = load_encoder(model.query_encoder)
   dim = int(model.params.projection.shape[0])
   if encoder.dim != dim:
