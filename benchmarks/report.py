@@ -87,3 +87,56 @@ def plot_main(rows, ref_qps, path: pathlib.Path) -> None:
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+def best_table_md(rows, min_flops, peak_gflops) -> str:
+  """Best-set rows with ratios over NumPy (gather + argmax) and NumPy-matmul (+ argmax)."""
+  ok = {r["impl"]: r for r in rows if r["status"] == "ok"}
+  ref = ok.get("numpy", {}).get("queries_per_s")
+  ref_mm = ok.get("numpy-matmul", {}).get("queries_per_s")
+  lines = ["| implementation | method | batch | queries/s | × NumPy | × NumPy-matmul | "
+           "% arithmetic bound | compile s | peak MiB |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+  for r in rows:
+    if r["status"] != "ok":
+      lines.append(f"| {r['impl']} | | {r['batch']} | {r['status']} | | | | | |")
+      continue
+    qps = r["queries_per_s"]
+    lines.append(
+        f"| {r['impl']} | {r.get('method') or ''} | {r['batch']} | {_fmt(qps)} | "
+        f"{_fmt(qps / ref if ref else None, 2)} | {_fmt(qps / ref_mm if ref_mm else None, 2)} | "
+        f"{100 * qps * min_flops / (peak_gflops * 1e9):.2f} | {_fmt(r.get('compile_s'), 2)} | "
+        f"{_mib(r.get('peak_bytes'))} |")
+  return "\n".join(lines)
+
+
+def library_md(rows) -> str:
+  lines = ["| N | table | prepare s | batch | ms / query | dense ms / query | × dense | "
+           "beyond stage 1, ms / query |", "|---:|---|---:|---:|---:|---:|---:|---:|"]
+  for r in rows:
+    lines.append(f"| {r['num_tools']:,} | {r['table']} | {r['prepare_s']:.1f} | {r['batch']} | "
+                 f"{r['ms_per_query']:.3f} | {r['dense_ms_per_query']:.3f} | "
+                 f"{r['ratio_to_dense']:.2f} | {r['beyond_stage1_ms_per_query']:.3f} |")
+  return "\n".join(lines)
+
+
+def plot_library(rows, path: pathlib.Path) -> None:
+  fig, ax = plt.subplots(figsize=(6.5, 4))
+  for batch in sorted({r["batch"] for r in rows}):
+    pts = sorted((r["num_tools"], r["ms_per_query"], r["dense_ms_per_query"],
+                  r["beyond_stage1_ms_per_query"]) for r in rows if r["batch"] == batch)
+    n, total, dense, beyond = zip(*pts)
+    line, = ax.plot(n, total, marker="o", label=f"HYSET, batch {batch}")
+    ax.plot(n, dense, marker="s", ls="--", color=line.get_color(), label=f"dense pass, batch {batch}")
+    ax.plot(n, [max(b, 1e-4) for b in beyond], marker="^", ls=":", color=line.get_color(),
+            label=f"beyond stage 1, batch {batch}")
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  ax.set_xlabel("library size N (d = 256)")
+  ax.set_ylabel("ms / query")
+  ax.grid(True, which="both", alpha=0.3)
+  ax.legend(fontsize=7)
+  ax.set_title("cost against library size")
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

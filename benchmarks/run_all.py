@@ -2,13 +2,16 @@
 
 Sections (each measured in this one run, so ratios compare like with like):
   1. machine: CPU, cores, load; the f32 matmul peak and the time to write the score matrix;
-  2. main table: every implementation at K_pool = 20, M = 5, batch 1024;
+  2. main table: every implementation at K_pool = 20, M = 5, batch 1024, both outputs
+     (``best``: the best set per query; ``scores``: every subset's score);
   3. allocator: the default JAX method and NumPy with glibc's default allocator (subprocess);
   4. sweeps: batch 1 → 16k, K_pool 10 → 30, M 2 → 6, embedding dim 0 → 768;
-  5. end to end at the paper's scale (N = 13,860, d = 768), encoder excluded and included;
-  6. training-step throughput on 1 and 8 fake devices (subprocess).
+  5. end to end at the paper's scale (N = 13,860, d = 768): the prepared path against a dense
+     pass and against the reference path, encoder excluded and included;
+  6. library size N = 10³ → 10⁶ at d = 256 (benchmarks/library_size.py);
+  7. training-step throughput on 1 and 8 fake devices (subprocess).
 Writes benchmarks/results/speed.{md,json} and speed_*.png. ``--quick`` shrinks everything
-for a smoke run (about a minute).
+for a smoke run (a few minutes).
 
 Large score matrices (≥ 32 MB) are mmapped afresh by glibc on every call, and the page faults
 then cost more than the arithmetic (measured in section 3). The suite therefore re-executes
@@ -29,16 +32,16 @@ import time
 _MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "8589934592"}
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-JAX_IMPLS = ["jax-colex", "jax-gather", "jax-matmul", "jax-matmul-bf16",
-             "jax-gather-subset-major"]
-OTHER_IMPLS = ["numpy", "numpy-matmul", "torch", "naive"]
+# Implementation names come from hyset_jax.benchmarking.runners (built from hyset_jax.choices).
+BEST_IMPLS = ["jax", "jax-gather", "jax-colex", "jax-matmul", "numpy", "numpy-matmul", "torch"]
 
 
 def _parse(argv):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
   p.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
-  p.add_argument("--skip", default="", help="comma list of: allocator,sweeps,e2e,training")
+  p.add_argument("--skip", default="",
+                 help="comma list of: allocator,sweeps,e2e,library,training")
   p.add_argument("--default-allocator", action="store_true",
                  help="do not raise glibc's mmap threshold (see the module docstring)")
   return p.parse_args(argv)
@@ -82,9 +85,9 @@ def main(argv=None) -> int:
 
   import jax
 
-  from benchmarks import end_to_end, enumeration_suite as es, report
+  from benchmarks import end_to_end, enumeration_suite as es, library_size, report
   from hyset_jax import enumeration
-  from hyset_jax.benchmarking import hardware, workload
+  from hyset_jax.benchmarking import hardware, runners, workload
 
   quick = args.quick
   main_batch = 64 if quick else 1024
@@ -107,13 +110,15 @@ def main(argv=None) -> int:
       f"{floor * 1e3:.1f} ms")
 
   # 2. Main table.
-  log(f"main table: K_pool = 20, M = 5, batch {main_batch}")
-  impls = ["jax"] + JAX_IMPLS + OTHER_IMPLS
-  main_rows = es.main_table(impls, main_batch, 2, repeats, log)
+  log(f"main table: K_pool = 20, M = 5, batch {main_batch}, output best")
+  best_rows = es.main_table(BEST_IMPLS, main_batch, 2, repeats, log, output="best")
+  log(f"main table: K_pool = 20, M = 5, batch {main_batch}, output scores")
+  main_rows = es.main_table(list(runners.IMPLS), main_batch, 2, repeats, log, output="scores")
   for r in main_rows:
     r["batch_for_floor"] = main_batch if r["batch"] == main_batch else None
   ref = next(r for r in main_rows if r["impl"] == "numpy")["queries_per_s"]
   results["main"] = main_rows
+  results["main_best"] = best_rows
   results["min_flops_per_query"] = workload.min_flops_per_query(20, 5)
   results["matmul_flops_per_query"] = workload.matmul_flops_per_query(20, 5)
 
@@ -135,17 +140,22 @@ def main(argv=None) -> int:
   if "sweeps" not in skip:
     default = "jax"
     sw = []
-    batches = [1, 16, 256] if quick else [1, 4, 16, 64, 256, 1024, 4096, 16384]
+    batches = [1, 16, 256] if quick else [1, 16, 64, 256, 1024, 4096]
     sw += es.sweep("batch", batches, [default, "jax-matmul", "numpy", "numpy-matmul"],
                    lambda b: workload.make_workload(20, 5, b), sweep_repeats, log,
                    limit=lambda impl, b: not impl.startswith("numpy") or b <= 1024)
+    best = es.sweep("batch", batches, [default], lambda b: workload.make_workload(20, 5, b),
+                    sweep_repeats, log, output="best")
+    for r in best:
+      r["impl"] = "jax (best)"
+    sw += best
     sb = 32 if quick else 256
-    sw += es.sweep("k_pool", [10, 15, 20] if quick else [10, 15, 20, 25, 30],
+    sw += es.sweep("k_pool", [10, 15, 20] if quick else [10, 15, 20, 25],
                    [default, "jax-matmul", "numpy"], lambda k: workload.make_workload(k, 5, sb),
                    sweep_repeats, log)
     sw += es.sweep("max_size", [2, 3, 4, 5, 6], [default, "jax-matmul", "numpy"],
                    lambda m: workload.make_workload(20, m, sb), sweep_repeats, log)
-    sw += es.sweep("dim", [0, 64] if quick else [0, 64, 256, 768], [default, "jax-matmul", "numpy"],
+    sw += es.sweep("dim", [0, 64] if quick else [0, 256, 768], [default, "jax-matmul", "numpy"],
                    lambda d: workload.make_workload(20, 5, sb, dim=d), sweep_repeats, log)
     results["sweeps"] = sw
 
@@ -153,18 +163,21 @@ def main(argv=None) -> int:
   if "e2e" not in skip:
     log("end to end: N = 13,860, d = 768, K1 = 15, K_pool = 20, M = 5")
     batches = [1, 16] if quick else [1, 64, 256]
-    methods = [enumeration.DEFAULT_METHOD] + [m for m in ("colex", "gather", "matmul")
-                                              if m != enumeration.DEFAULT_METHOD]
-    e2e = end_to_end.predict_rows(batches, methods[:1], 3 if quick else 5, log)
-    if not quick:
-      e2e += end_to_end.predict_rows([256], methods[1:], 3, log)
-    enc = end_to_end.encoder_rows([1, 16] if quick else [1, 64], 3, log)
+    e2e = end_to_end.prepared_rows(batches, [enumeration.DEFAULT_METHOD], 3 if quick else 5, log)
     results["end_to_end"] = e2e
+    results["reference"] = end_to_end.reference_rows([1, 16] if quick else [1, 64], 3, log)
+    enc = end_to_end.encoder_rows([1, 16] if quick else [1, 64], 3, log)
     results["encoder_included"] = enc
     if isinstance(enc, str):
       log(f"  encoder included: {enc}")
 
-  # 6. Training.
+  # 6. Library size.
+  if "library" not in skip:
+    log("library size: N = 10³ … 10⁶, d = 256")
+    sizes = (1_000, 10_000) if quick else library_size.SIZES
+    results["library_size"] = library_size.rows((1, 64), sizes, 2 if quick else 3, log)
+
+  # 7. Training.
   if "training" not in skip:
     log("training step: 1 vs 8 fake devices (subprocess)")
     tr = _subprocess_json([sys.executable, "-m", "benchmarks.training"])
@@ -193,7 +206,13 @@ def write_report(results, out_dir: pathlib.Path, ref: float, peak: float, floor:
         f"score matrix once takes **{floor * 1e3:.1f} ms** (the write floor). Minimal work: "
         f"{results['min_flops_per_query']:,} flops per query (colex recurrence; the matmul form "
         f"does {results['matmul_flops_per_query']:,}).\n",
-        "## Enumeration, K_pool = 20, M = 5 (21,699 subsets per query)\n",
+        "## Best set per query, K_pool = 20, M = 5 (`--output best`, what predict runs)\n",
+        "Each call scores every subset of every query and returns the best one. NumPy and "
+        "PyTorch: their scores, then an argmax. × NumPy: queries/s over the NumPy "
+        "reference's (gather form + argmax) in this run; × NumPy-matmul: over the incidence-"
+        "matmul NumPy form + argmax.\n",
+        report.best_table_md(results["main_best"], results["min_flops_per_query"], peak), "",
+        "## Every subset's score, K_pool = 20, M = 5 (`--output scores`, 21,699 per query)\n",
         "Each call scores every subset of every query and returns f32[Q, 21699]. × NumPy: "
         "queries/s over the NumPy reference's in this run. % arithmetic bound: minimal flops × "
         "queries/s over the matmul peak. % write floor: the write floor's time over this time. "
@@ -217,21 +236,41 @@ def write_report(results, out_dir: pathlib.Path, ref: float, peak: float, floor:
       report.plot_sweep(rows, name, out_dir / f"speed_sweep_{name}.png", label, logx)
       md.append(f"![{name}](speed_sweep_{name}.png)\n")
   if "end_to_end" in results:
+    prep_s = results["end_to_end"][0]["prepare_s"]
     md += ["## End to end (N = 13,860, d = 768, K1 = 15, K_pool = 20, M = 5)\n",
-           "| kind | method | batch | ms / query | queries/s | compile s | peak MiB |",
-           "|---|---|---:|---:|---:|---:|---:|"]
+           "Encoder excluded, from query embeddings. `prepared` is what `hyset predict` runs "
+           "(`hyset bench e2e`); the dense pass is a top-K_pool of ℓ over the same library, "
+           "timed interleaved with it; `reference` is `inference.predict` from θ (full "
+           f"expansion scan, G_m per query). Preparing the library (P Zᵀ, Z M_m and the "
+           f"neighbour table, once per model) took {prep_s:.1f} s.\n",
+           "| kind | batch | ms / query | dense ms / query | × dense | queries/s | compile s |",
+           "|---|---:|---:|---:|---:|---:|---:|"]
     for r in results["end_to_end"]:
-      md.append(f"| {r['kind']} | {r['method']} | {r['batch']} | {r['ms_per_query']:.3f} | "
-                f"{r['queries_per_s']:,.0f} | {r['compile_s']:.1f} | {r['peak_bytes'] / 2**20:,.0f} |")
+      md.append(f"| {r['kind']} | {r['batch']} | {r['ms_per_query']:.3f} | "
+                f"{r['dense_ms_per_query']:.3f} | {r['ratio_to_dense']:.2f} | "
+                f"{r['queries_per_s']:,.0f} | {r['compile_s']:.1f} |")
+    for r in results.get("reference", []):
+      md.append(f"| {r['kind']} | {r['batch']} | {r['ms_per_query']:.3f} | | | "
+                f"{r['queries_per_s']:,.0f} | |")
     enc = results["encoder_included"]
     if isinstance(enc, str):
-      md.append(f"| encoder included | | | {enc} | | | |")
+      md.append(f"| encoder included | | {enc} | | | | |")
     else:
       for r in enc:
         md.append(f"| encoder included ({r['encoder']}; encoder alone "
-                  f"{r['encode_ms_per_query']:.2f} ms/query) | {r['method']} | {r['batch']} | "
-                  f"{r['ms_per_query']:.3f} | {r['queries_per_s']:,.0f} | | |")
+                  f"{r['encode_ms_per_query']:.2f} ms/query) | {r['batch']} | "
+                  f"{r['ms_per_query']:.3f} | | | {r['queries_per_s']:,.0f} | |")
     md.append("")
+  if "library_size" in results:
+    rows = results["library_size"]
+    md += ["## Cost against library size (d = 256, K1 = 15, K_pool = 20, M = 5)\n",
+           "Stage 1 is itself a dense pass, so *beyond stage 1* = HYSET's ms/query minus the "
+           "dense pass's in the same run: the expansion (neighbour table), G_m and stage 2. "
+           "Tables up to N = 30,000 are built (`prepare s` includes the N²·d build); above, "
+           "the rows are random (the query path costs the same; the build would take ~1 h at "
+           "N = 10⁶ on this CPU).\n",
+           report.library_md(rows), "", "![library](speed_library_size.png)\n"]
+    report.plot_library(rows, out_dir / "speed_library_size.png")
   if "training" in results:
     tr = results["training"]
     md.append("## Training step (fake CPU devices share the same cores: a correctness check of "

@@ -1,9 +1,10 @@
 """ToolLens (COLT's release; BEIR layout): 464 tools, 1-3 tools per query, official split.
 
 The base preset: tiny, paper and bfcl derive from it. M = 3 is the largest gold set; the
-validation split is 10% of train, carved by query-id hash. Two additions to the paper's objective,
-both measured in the README's ablation rows: the per-tool loss on ℓ (train.tool_loss_weight) and
-shortlist negatives (train.shortlist_negatives); `--config paper` removes both.
+validation split is 10% of train, carved by query-id hash. Additions to the paper, each measured
+in the README's ablation rows: the per-tool loss on ℓ (train.tool_loss_weight), shortlist
+negatives (train.shortlist_negatives), a one-layer query tower (model.tower_depth) and the
+query-conditioned set term (model.conditioned); `--config paper` removes all four.
 """
 from hyset_jax.config import Config, DataConfig, ModelConfig, TrainConfig, shared_data
 
@@ -12,7 +13,7 @@ def get_config() -> Config:
   return Config(
       name="toollens",
       data=DataConfig(spec="beir:" + shared_data("toollens")),
-      model=ModelConfig(max_set_size=3, k1=15, k_pool=20),
+      model=ModelConfig(max_set_size=3, k1=15, k_pool=20, tower_depth=1, conditioned=True),
       train=TrainConfig(batch_size=256, num_steps=1500, learning_rate=3e-3, warmup_steps=100,
                         k_neg=64, eval_every=250, checkpoint_every=250, patience=3,
                         tool_loss_weight=1.0, shortlist_negatives=0.4))

@@ -5,7 +5,9 @@ The pieces, one job per module:
 - :mod:`hyset_jax.scoring`      pure set-scoring functions (paper Eq. 2-6).
 - :mod:`hyset_jax.model`        the Flax NNX parameter container θ = (Z, M_2..M_M, P).
 - :mod:`hyset_jax.enumeration`  static subset tables and exhaustive scoring of every subset.
-- :mod:`hyset_jax.inference`    two-stage inference (Eq. 12-14) and greedy ranking.
+- :mod:`hyset_jax.inference`    two-stage inference (Eq. 12-14), the prepared fast path, ranking.
+- :mod:`hyset_jax.neighbors`    the per-tool neighbour table for the exact fast expansion (Eq. 13).
+- :mod:`hyset_jax.choices`      the names of enumeration methods, rankings and stage-2 outputs.
 - :mod:`hyset_jax.modeldir`     the ``hyset/1`` model directory (read, validate, write).
 - :mod:`hyset_jax.cli`          the ``hyset`` console script.
 """

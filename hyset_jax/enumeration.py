@@ -5,7 +5,8 @@ a size in *colex* order (ordered by the largest element, then the next largest, 
 rank of {s_1 < … < s_k} is Σ_j C(s_j, j), so the row of any subset, and of the subsets it is
 built from, is known when the table is built (design.md §3).
 
-Three implementations of the same function, measured against each other in ``benchmarks/``:
+Three implementations of the same function, measured against each other in ``benchmarks/``
+(their names: :data:`hyset_jax.choices.ENUMERATION_METHODS`):
 
 - :func:`score_subsets_gather` — the default: gathers each subset's members and pairs from
   per-query tables and sums them, C(m, 2) + 2m − 2 terms per m-subset.
@@ -32,7 +33,13 @@ logit instead (one shift per query is what makes it a matmul); it is exact while
 largest logit is within ~80 of it (f32 exp underflows below −87), which holds for cosine-scale
 logits; a set entirely below that range gets its largest member's logit as F_align.
 
-Tie-breaking: :func:`best_sets` takes the first maximum in table order, i.e. the smallest set
+Two outputs (:data:`hyset_jax.choices.STAGE2_OUTPUTS`): ``scores`` (:func:`score_subsets`,
+every subset's F as f32[Q, n]) and ``best`` (:func:`best_subset`, the argmax per query, what
+predict runs). ``best`` never writes [Q, n]: queries are scored in chunks of
+:data:`BEST_CHUNK`, each chunk's scores stay subset-major (f32[n, chunk], ~5.5 MB, cache-sized)
+and are reduced block-wise (see :func:`best_subset` for why this form on XLA:CPU).
+
+Tie-breaking: :func:`best_sets` and :func:`best_subset` take the first maximum in table order, i.e. the smallest set
 wins an exact tie between sizes; within a size, ties resolve by the colex order of the positions
 each implementation reports (ascending-ℓ order for gather and colex, shortlist order for
 matmul). Exact ties between distinct sets need exactly equal floating-point scores.
@@ -48,11 +55,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from hyset_jax import choices
 from hyset_jax.errors import UserError
 
-Method = Literal["colex", "gather", "matmul", "matmul_bf16"]
-# Chosen from benchmarks/results (K_pool = 20, M = 5 on XLA:CPU): see benchmarks/README.md.
-DEFAULT_METHOD: Method = "gather"
+Method = choices.EnumerationMethod
+DEFAULT_METHOD: Method = choices.DEFAULT_METHOD
 
 
 def count_subsets(k_pool: int, max_size: int) -> int:
@@ -498,21 +505,22 @@ def score_subsets_subset_major(logits: jax.Array, pairs: jax.Array, table: Subse
 
 
 SCORERS = {
-    "colex": score_subsets_colex,
     "gather": score_subsets_gather,
+    "colex": score_subsets_colex,
     "matmul": score_subsets_matmul,
     "matmul_bf16": score_subsets_matmul_bf16,
 }
 
 
+# Keyed by the names in hyset_jax.choices (the one list of method names).
+assert tuple(SCORERS) == choices.ENUMERATION_METHODS, "SCORERS and choices disagree"
+
+
 def score_subsets(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
                   method: Method = DEFAULT_METHOD) -> SubsetScores:
   """Dispatch to one implementation by name (see :data:`SCORERS`)."""
-  try:
-    scorer = SCORERS[method]
-  except KeyError:
-    raise UserError(f"unknown enumeration method {method!r}; choose one of {sorted(SCORERS)}")
-  return scorer(logits, pairs, table)
+  choices.check("enumeration method", method, choices.ENUMERATION_METHODS)
+  return SCORERS[method](logits, pairs, table)
 
 
 class BestSets(NamedTuple):
@@ -530,3 +538,104 @@ def best_sets(subset_scores: SubsetScores, table: SubsetTable, k: int = 1) -> Be
   mask = jnp.asarray(table.mask)[idx]
   positions = jnp.take_along_axis(subset_scores.positions[:, None, :], members, axis=2)
   return BestSets(jnp.where(mask, positions, 0), mask, scores)
+
+
+# ---------------------------------------------------------------------------------------------
+# Best set only.
+
+# Queries per chunk of best_subset: the chunk's subset-major scores (f32[n, 64], 5.5 MB at
+# K_pool = 20, M = 5) and tables stay in cache. Measured (2-core EPYC, batch 1024): chunks of
+# 64 run ~3x faster than 32 or 128 and ~8x faster than one unchunked call.
+BEST_CHUNK = 64
+# Rows per reduction block: the block maxima f32[n / 256, chunk] are small, and one block per
+# query is re-read to find the first maximum within it.
+_BEST_BLOCK = 256
+
+
+def _first_max_subset_major(scores: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(max f32[Q], first row of the max int32[Q]) of subset-major scores f32[n, Q].
+
+  XLA:CPU vectorises a max over the major axis of a materialised array, but not an argmax
+  (a variadic reduce) nor a reduce fused with the scoring gathers (~10-50x slower, measured).
+  So: block maxima over _BEST_BLOCK rows (plain max), the first block holding the overall max
+  (small argmax), then the first max inside that one block per query (a [Q, block] gather).
+  """
+  n, q = scores.shape
+  nb = -(-n // _BEST_BLOCK)
+  padded = jnp.full((nb * _BEST_BLOCK, q), -jnp.inf, scores.dtype)
+  blocks = jax.lax.dynamic_update_slice(padded, scores, (0, 0)).reshape(nb, _BEST_BLOCK, q)
+  block_max = jnp.max(blocks, axis=1)                                    # [nb, Q]
+  block = jnp.argmax(block_max, axis=0)                                  # first block with it
+  inside = blocks[block, :, jnp.arange(q)]                               # [Q, block]
+  row = block * _BEST_BLOCK + jnp.argmax(inside, axis=1)
+  return jnp.max(block_max, axis=0), row.astype(jnp.int32)
+
+
+def _best_rows_query_last(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
+                          method: str) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """(best score f32[Q], its table row int32[Q], positions int32[Q, K]) for one chunk."""
+  t = _sorted_tables(logits, pairs)
+  pieces = (_colex_query_last(t, table) if method == "colex" else _gather_query_last(t, table))
+  out = jnp.zeros((len(table), logits.shape[0]), logits.dtype)
+  row = 0
+  for piece in pieces:
+    out = jax.lax.dynamic_update_slice(out, piece, (row, 0))
+    row += piece.shape[0]
+  best, rows = _first_max_subset_major(out)
+  return best, rows, t.order
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def best_subset(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
+                method: Method = DEFAULT_METHOD) -> BestSets:
+  """The best subset per query, ``best_sets(score_subsets(...), table, 1)`` without [Q, n].
+
+  Same sets, scores and ties (the first maximum in table order of the reported positions).
+  The gather and colex forms score queries in chunks of :data:`BEST_CHUNK` (``lax.map``; a
+  remainder is scored as one smaller chunk) and reduce each chunk's subset-major scores; the
+  matmul forms reduce their [Q, n] scores (their GEMMs write them anyway).
+
+  Args:
+    logits: f32[Q, K]; pairs: f32[Q, M−1, K, K]; table: as :func:`score_subsets_colex`.
+    method: the enumeration implementation.
+
+  Returns:
+    BestSets with k = 1.
+  """
+  choices.check("enumeration method", method, choices.ENUMERATION_METHODS)
+  _check_inputs(logits, pairs, table)
+  if method not in ("gather", "colex"):
+    return best_sets(SCORERS[method](logits, pairs, table), table, k=1)
+  q = logits.shape[0]
+  full = q // BEST_CHUNK if q > BEST_CHUNK else 0
+  parts = []
+  if full:
+    n = full * BEST_CHUNK
+    chunked = (logits[:n].reshape(full, BEST_CHUNK, -1),
+               pairs[:n].reshape(full, BEST_CHUNK, *pairs.shape[1:]))
+    b, r, o = jax.lax.map(lambda a: _best_rows_query_last(a[0], a[1], table, method), chunked)
+    parts.append((b.reshape(n), r.reshape(n), o.reshape(n, -1)))
+  if q - full * BEST_CHUNK:
+    lo = full * BEST_CHUNK
+    parts.append(_best_rows_query_last(logits[lo:], pairs[lo:], table, method))
+  best, rows, order = (jnp.concatenate(x) for x in zip(*parts))
+  members = jnp.asarray(table.members)[rows]                             # [Q, M]
+  mask = jnp.asarray(table.mask)[rows]
+  positions = jnp.take_along_axis(order, members, axis=1)
+  return BestSets(jnp.where(mask, positions, 0)[:, None], mask[:, None], best[:, None])
+
+
+def reorder_to_shortlist(scores: np.ndarray, positions: np.ndarray,
+                         table: SubsetTable) -> np.ndarray:
+  """Scores indexed by table row in shortlist order (NumPy, f32[Q, n]), from scores indexed in
+  ``positions`` order (the ascending-ℓ reordering the gather and colex forms report)."""
+  out = np.empty_like(scores)
+  for q in range(scores.shape[0]):
+    members = np.where(table.mask, positions[q][table.members], -1)
+    members = np.sort(np.where(table.mask, members, np.iinfo(np.int32).max), axis=1)
+    rows = np.empty(len(table), np.int64)
+    for m in range(1, table.max_size + 1):
+      lo, hi = table.offsets[m - 1], table.offsets[m]
+      rows[lo:hi] = lo + colex_rank(members[lo:hi, :m])
+    out[q, rows] = scores[q]
+  return out

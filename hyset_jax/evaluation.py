@@ -9,17 +9,34 @@ from hyset_jax.scoring import HysetParams
 from hyset_jax.train_data import QuerySet
 
 
+# What "auto" ranking maximises on validation: the mean of the rank metrics (the set metrics do
+# not depend on the ranking).
+RANK_METRICS = ("recall@3", "recall@5", "ndcg@3", "ndcg@5", "comp@3", "comp@5")
+
+
 def evaluate_split(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ...], mc,
-                   batch_size: int) -> dict[str, float]:
+                   batch_size: int, ranking: str | None = None) -> dict[str, float]:
   """Recall/NDCG/COMP@K and the set metrics (hyset_jax.metrics.evaluate) of ``params`` on ``qs``.
 
-  ``mc`` (a ModelConfig) gives K1, K_pool and M.
+  ``mc`` (a ModelConfig) gives K1, K_pool and M; ``ranking`` a ranking method (None: the
+  inference default).
   """
   pred = inference.predict_batched(jax.device_get(params), qs.embeddings, k1=mc.k1,
                                    k_pool=mc.k_pool, max_size=mc.max_set_size,
-                                   batch_size=batch_size)
+                                   batch_size=batch_size, ranking=ranking)
   ids = np.asarray(tool_ids, dtype=object)
   rankings = [ids[r].tolist() for r in pred.ranking]
   sets = [ids[t[:n]].tolist() for t, n in zip(pred.set_tools, pred.set_size)]
   gold = [[tool_ids[t] for t in g] for g in qs.gold]
   return metrics.evaluate(rankings, gold, sets)
+
+
+def choose_ranking(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ...], mc,
+                   batch_size: int) -> tuple[str, dict[str, dict[str, float]]]:
+  """The ranking method with the best mean of :data:`RANK_METRICS` on ``qs`` (ties: the first
+  of ``inference.RANKINGS``, the paper's greedy), and every method's metrics."""
+  scores = {r: evaluate_split(params, qs, tool_ids, mc, batch_size, ranking=r)
+            for r in inference.RANKINGS}
+  best = max(inference.RANKINGS, key=lambda r: (np.mean([scores[r][k] for k in RANK_METRICS]),
+                                                -inference.RANKINGS.index(r)))
+  return best, scores

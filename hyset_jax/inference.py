@@ -3,12 +3,24 @@
 Stage 1 scores every tool by ℓ(x, t) and keeps the top K1 (S0). Complementarity expansion adds
 the K_pool − K1 other tools with the largest g(t) = max_{i∈S0} z_tᵀ M_M z_i (Eq. 13). Stage 2
 scores every subset of the shortlist S of size 1..M and returns the argmax (Eq. 14). A second
-output ranks tools for Recall/NDCG/COMP@K: greedy marginal gain under F for the first M positions,
-then the rest of the shortlist by ℓ.
+output ranks the shortlist's tools for Recall/NDCG/COMP@K, by one of the methods of
+:func:`rank_tools` (names in :data:`hyset_jax.choices.RANKINGS`).
 
 Shortlist order (the ``shortlist`` of ``hyset predict``): S0 by descending ℓ, then the expansion
 tools by descending g, ties in g by descending ℓ. Remaining ties go to the lower tool row; the
 greedy steps break ties towards the earlier shortlist position.
+
+Two paths compute the same outputs:
+
+- :func:`predict` (from θ): stage 1 and the expansion scan every tool, G_m is built per query
+  from Z_S and M_m (K·d² per size). The reference, and what the StableHLO export traces.
+- :func:`predict_prepared` (from a :class:`PreparedModel`, built once per model by
+  :func:`prepare`): stage 1 is one [Q, d_r]×[d_r, N] product with P already applied to Z, G_m
+  gathers rows of the precomputed Z M_m (K²·d per size), and the expansion reads the
+  neighbour table of :mod:`hyset_jax.neighbors` (O(K1·K_pool) per query, exact; a batch with
+  a boundary tie is scanned in full). :func:`predict_batched` (``hyset predict``) uses it.
+
+Both run stage 2 as :func:`enumeration.best_subset` (the argmax without the [Q, n] scores).
 """
 from __future__ import annotations
 
@@ -19,13 +31,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyset_jax import enumeration, scoring
+from hyset_jax import choices, enumeration, neighbors, scoring, sharding
 from hyset_jax.scoring import HysetParams
 
+Ranking = choices.Ranking
 # Ranking methods for Recall/NDCG/COMP@K (the delivered set is the exact argmax of Eq. 14 for
-# every one of them). "greedy" is the paper's greedy marginal gain.
-RANKINGS = ("greedy", "logit", "set-first")
-DEFAULT_RANKING = "greedy"
+# every one of them); the names live in hyset_jax.choices. DEFAULT_RANKING is used when
+# neither the caller nor the model directory names one.
+RANKINGS = choices.RANKINGS
+DEFAULT_RANKING: Ranking = choices.DEFAULT_RANKING
 
 
 class Shortlist(NamedTuple):
@@ -50,22 +64,30 @@ def shortlist(params: HysetParams, query_emb: jax.Array, k1: int, k_pool: int,
   """
   z = params.tool_embeddings
   logits = scoring.query_logits(params, query_emb)                       # [Q, N]
-  s0_logits, s0 = jax.lax.top_k(logits, k1)                              # [Q, K1]
+  s0 = sharding.top_k(logits, k1)[1]              # [Q, K1]; per tools shard under a mesh
   keyed = z[s0] @ params.interactions[max_size - 2]                      # [Q, K1, d]
+  extra = _expand_scan(z, keyed, logits, s0, k_pool - k1)
+  tools = jnp.concatenate([s0, extra], axis=1).astype(jnp.int32)
+  return Shortlist(tools, jnp.take_along_axis(logits, tools, axis=1))
+
+
+def _expand_scan(z: jax.Array, keyed: jax.Array, logits: jax.Array, s0: jax.Array,
+                 n_ext: int) -> jax.Array:
+  """Eq. 13 over every tool: int32[Q, n_ext] from Z f32[N, d], keyed = Z_S0 M_M f32[Q, K1, d],
+  ℓ f32[Q, N] and S0 int32[Q, K1]."""
   g = jnp.max(jnp.einsum("nd,qkd->qnk", z, keyed), axis=-1)              # [Q, N]
   in_s0 = jnp.zeros(g.shape, bool).at[jnp.arange(g.shape[0])[:, None], s0].set(True)
   g = jnp.where(in_s0, -jnp.inf, g)
   # Order the expansion by g, ties by ℓ (then by row). With M_M = 0 every g ties, so the
   # untrained model's shortlist is exactly the top K_pool by ℓ: the dense retriever.
-  n_ext = k_pool - k1
   threshold = jax.lax.top_k(g, n_ext)[0][:, -1:]
   key = jnp.where(g > threshold, jnp.inf, jnp.where(g == threshold, logits, -jnp.inf))
   cand = jax.lax.top_k(key, n_ext)[1]                                    # [Q, K_pool - K1]
   cand_g = jnp.take_along_axis(g, cand, axis=1)
   cand_l = jnp.take_along_axis(logits, cand, axis=1)
-  extra = jax.lax.sort((-cand_g, -cand_l, cand), dimension=1, num_keys=3)[2]
-  tools = jnp.concatenate([s0, extra], axis=1).astype(jnp.int32)
-  return Shortlist(tools, jnp.take_along_axis(logits, tools, axis=1))
+  return jax.lax.sort((-cand_g, -cand_l, cand), dimension=1, num_keys=3)[2].astype(jnp.int32)
+
+
 
 
 def greedy_ranking(logits: jax.Array, pairs: jax.Array, steps: int) -> jax.Array:
@@ -95,6 +117,55 @@ def greedy_ranking(logits: jax.Array, pairs: jax.Array, steps: int) -> jax.Array
   return jnp.stack(picks, axis=1).astype(jnp.int32)
 
 
+def _first_then_by_logit(first: jax.Array, logits: jax.Array) -> jax.Array:
+  """Shortlist positions int32[Q, K]: those marked in ``first`` (bool[Q, K]) by descending ℓ,
+  then the others by descending ℓ; equal ℓ keeps shortlist order."""
+  k = logits.shape[1]
+  pos = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), logits.shape)
+  return jax.lax.sort((~first, -logits, pos), dimension=1, num_keys=3)[2]
+
+
+def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
+               ranking: Ranking, max_size: int) -> jax.Array:
+  """Order the shortlist for the rank metrics (issue: paper's greedy vs alternatives).
+
+  - ``greedy`` (the paper): M greedy marginal-gain picks under F (:func:`greedy_ranking`),
+    then the rest of the shortlist by descending ℓ.
+  - ``logit``: the shortlist order itself — S0 by descending ℓ, then the expansion tools by
+    descending g. The per-tool ranking stage 1 already computes.
+  - ``set-first``: the exact Ê of Eq. 14 first, then the rest of the shortlist. Within Ê by
+    descending ℓ, and the rest by descending ℓ. Why these two orders: Ê is delivered as a set,
+    so its internal order only matters when a cut-off K < |Ê|, and ℓ is the best per-tool
+    signal we have (on ToolLens, ranking all tools by ℓ beats greedy by 29 COMP@3 points);
+    continuing greedily given Ê re-introduces the marginal-gain picks that the measurements
+    show are worse than ℓ (ToolLens, toollens preset: Ê-then-ℓ COMP@5 85.3 vs Ê-then-greedy
+    73.9; Ê in ℓ order 48.9 COMP@3 vs 48.7 in greedy order).
+
+  The delivered set is the same under every ranking.
+
+  Args:
+    logits: f32[Q, K] ℓ of the shortlist (shortlist order).
+    pairs: f32[Q, M−1, K, K] G_m (read by ``greedy`` only).
+    best_positions: int32[Q, M] shortlist positions of Ê, padded with K.
+    ranking: one of :data:`hyset_jax.choices.RANKINGS`.
+    max_size: M.
+
+  Returns:
+    int32[Q, K] shortlist positions, best first.
+  """
+  choices.check("ranking", ranking, choices.RANKINGS)
+  q, k = logits.shape
+  if ranking == "logit":
+    return jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (q, k))
+  if ranking == "set-first":
+    in_set = jnp.any(best_positions[:, :, None] == jnp.arange(k)[None, None, :], axis=1)
+    return _first_then_by_logit(in_set, logits)
+  picks = greedy_ranking(logits, pairs, max_size)                        # [Q, M]
+  picked = jnp.any(jax.nn.one_hot(picks, k, dtype=bool), axis=1)         # [Q, K]
+  rest = _first_then_by_logit(~picked, logits)[:, :k - max_size]
+  return jnp.concatenate([picks, rest], axis=1)
+
+
 class Prediction(NamedTuple):
   """Outputs for a batch of queries; tool fields are rows of the tool library.
 
@@ -103,7 +174,7 @@ class Prediction(NamedTuple):
     set_tools: int32[Q, M] the best set, members in ascending shortlist position, padded with -1.
     set_size: int32[Q].
     set_score: f32[Q].
-    ranking: int32[Q, K_pool] greedy picks, then the rest of the shortlist by descending ℓ.
+    ranking: int32[Q, K_pool] the shortlist ranked by the chosen method (:func:`rank_tools`).
   """
   shortlist: jax.Array
   set_tools: jax.Array
@@ -112,9 +183,32 @@ class Prediction(NamedTuple):
   ranking: jax.Array
 
 
+class Reranked(NamedTuple):
+  """Stage 2 and the ranking from a shortlist: the fields of :class:`Prediction` after
+  ``shortlist``, with the same shapes and meaning."""
+  set_tools: jax.Array
+  set_size: jax.Array
+  set_score: jax.Array
+  ranking: jax.Array
+
+
+def _stage2(sl: Shortlist, pairs: jax.Array, *, k_pool: int, max_size: int,
+            method: enumeration.Method, ranking: Ranking) -> Reranked:
+  table = enumeration.subset_table(k_pool, max_size)
+  best = enumeration.best_subset(sl.logits, pairs, table, method)
+  # Members in ascending shortlist position, padding (K_pool) last.
+  pos = jnp.sort(jnp.where(best.mask[:, 0], best.positions[:, 0], k_pool), axis=1)
+  valid = pos < k_pool
+  set_tools = jnp.where(valid, jnp.take_along_axis(sl.tools, jnp.minimum(pos, k_pool - 1), 1), -1)
+  order = rank_tools(sl.logits, pairs, pos, ranking, max_size)
+  return Reranked(set_tools.astype(jnp.int32), jnp.sum(valid, 1).astype(jnp.int32),
+                  best.scores[:, 0], jnp.take_along_axis(sl.tools, order, axis=1).astype(jnp.int32))
+
+
 def rerank(params: HysetParams, query_emb: jax.Array, sl: Shortlist, *, k_pool: int,
-           max_size: int, method: enumeration.Method = enumeration.DEFAULT_METHOD):
-  """Stage 2 (Eq. 14) and the greedy ranking, from a shortlist.
+           max_size: int, method: enumeration.Method = enumeration.DEFAULT_METHOD,
+           ranking: Ranking | None = None) -> Reranked:
+  """Stage 2 (Eq. 14) and the tool ranking, from a shortlist.
 
   Args:
     params: θ; ``params.interactions`` must hold at least M − 1 matrices.
@@ -122,33 +216,25 @@ def rerank(params: HysetParams, query_emb: jax.Array, sl: Shortlist, *, k_pool: 
     sl: the shortlist of :func:`shortlist`.
     k_pool, max_size: K_pool, M.
     method: the enumeration implementation.
+    ranking: a :data:`hyset_jax.choices.RANKINGS` name; None: :data:`DEFAULT_RANKING`.
 
   Returns:
-    (set_tools int32[Q, M] padded with -1, set_size int32[Q], set_score f32[Q],
-    ranking int32[Q, K_pool]) — the fields of :class:`Prediction` after ``shortlist``.
+    Reranked.
   """
-  params = truncate(params, max_size)
-  table = enumeration.subset_table(k_pool, max_size)
-  pairs = scoring.shortlist_pairs(params, query_emb, sl.tools)
-  best = enumeration.best_sets(enumeration.score_subsets(sl.logits, pairs, table, method),
-                               table, k=1)
-  # Members in ascending shortlist position, padding (-1) last.
-  pos = jnp.sort(jnp.where(best.mask[:, 0], best.positions[:, 0], k_pool), axis=1)
-  valid = pos < k_pool
-  set_tools = jnp.where(valid, jnp.take_along_axis(sl.tools, jnp.minimum(pos, k_pool - 1), 1), -1)
-
-  picks = greedy_ranking(sl.logits, pairs, max_size)                     # [Q, M]
-  picked = jnp.any(jax.nn.one_hot(picks, k_pool, dtype=bool), axis=1)   # [Q, K]
-  rest = jnp.argsort(jnp.where(picked, jnp.inf, -sl.logits), axis=1,
-                     stable=True)[:, :k_pool - max_size]
-  ranking = jnp.take_along_axis(sl.tools, jnp.concatenate([picks, rest], axis=1), axis=1)
-  return (set_tools.astype(jnp.int32), jnp.sum(valid, 1).astype(jnp.int32), best.scores[:, 0],
-          ranking.astype(jnp.int32))
+  pairs = scoring.shortlist_pairs(truncate(params, max_size), query_emb, sl.tools)
+  return _stage2(sl, pairs, k_pool=k_pool, max_size=max_size, method=method,
+                 ranking=DEFAULT_RANKING if ranking is None else ranking)
 
 
-@functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method"))
+def _prediction(sl: Shortlist, r: Reranked) -> Prediction:
+  return Prediction(shortlist=sl.tools, set_tools=r.set_tools, set_size=r.set_size,
+                    set_score=r.set_score, ranking=r.ranking)
+
+
+@functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "ranking"))
 def predict(params: HysetParams, query_emb: jax.Array, *, k1: int, k_pool: int, max_size: int,
-            method: enumeration.Method = enumeration.DEFAULT_METHOD) -> Prediction:
+            method: enumeration.Method = enumeration.DEFAULT_METHOD,
+            ranking: Ranking | None = None) -> Prediction:
   """The full two-stage path for a batch of queries: :func:`shortlist`, then :func:`rerank`.
 
   Args:
@@ -156,14 +242,16 @@ def predict(params: HysetParams, query_emb: jax.Array, *, k1: int, k_pool: int, 
     query_emb: f32[Q, d_r].
     k1, k_pool, max_size: K1, K_pool, M (validate with :func:`enumeration.validate_sizes`).
     method: the enumeration implementation.
+    ranking: a :data:`hyset_jax.choices.RANKINGS` name; None means the model's default, which
+      for bare θ is :data:`DEFAULT_RANKING`.
 
   Returns:
     Prediction.
   """
   params = truncate(params, max_size)
   sl = shortlist(params, query_emb, k1, k_pool, max_size)
-  return Prediction(sl.tools, *rerank(params, query_emb, sl, k_pool=k_pool, max_size=max_size,
-                                      method=method))
+  return _prediction(sl, rerank(params, query_emb, sl, k_pool=k_pool, max_size=max_size,
+                                method=method, ranking=ranking))
 
 
 def truncate(params: HysetParams, max_size: int) -> HysetParams:
@@ -174,18 +262,158 @@ def truncate(params: HysetParams, max_size: int) -> HysetParams:
   return params._replace(interactions=params.interactions[:max_size - 1], conditioned=qi)
 
 
-def predict_batched(params: HysetParams, query_emb: np.ndarray, *, k1: int, k_pool: int,
-                    max_size: int, batch_size: int = 256,
-                    method: enumeration.Method = enumeration.DEFAULT_METHOD,
-                    progress: bool = False) -> Prediction:
-  """:func:`predict` over any number of queries in fixed-size chunks (one compilation).
+# ---------------------------------------------------------------------------------------------
+# The prepared model: per-model products computed once.
 
-  The last chunk is padded to ``batch_size`` so every call has the same shape.
-  Returns NumPy arrays.
+
+class PreparedModel(NamedTuple):
+  """θ with the products every query needs, computed once per model (:func:`prepare`).
+
+  Attributes:
+    params: θ with M_2..M_M (M − 1 interaction matrices), :func:`truncate`.
+    logit_weights: f32[d_r, N] = (Z Pᵀ)ᵀ: stage 1 is q(r) @ logit_weights, q the query tower.
+    keyed: f32[N, M − 1, d_z], row t holds z_tᵀ M_m for m = 2..M (tool-major, so a shortlist's
+      rows are one contiguous gather): G_m of a shortlist is a gather and a K²·d product.
+    neighbors: the Eq. 13 neighbour table under M_M, or None (the expansion scans every tool).
   """
-  enumeration.validate_sizes(k_pool, max_size, k1=k1,
-                             num_tools=int(params.tool_embeddings.shape[0]))
+  params: HysetParams
+  logit_weights: jax.Array
+  keyed: jax.Array
+  neighbors: neighbors.NeighborTable | None
+
+  @property
+  def max_size(self) -> int:
+    return int(self.keyed.shape[1]) + 1
+
+
+@jax.jit
+def _products(params: HysetParams) -> tuple[jax.Array, jax.Array]:
+  z = params.tool_embeddings
+  return (z @ params.projection.T).T, jnp.einsum("nd,mde->nme", z, params.interactions)
+
+
+def prepare(params: HysetParams, *, max_size: int, k_pool: int | None = None,
+            neighbor_table: bool = True, cache_dir=None, progress: bool = False) -> PreparedModel:
+  """Precompute what :func:`predict_prepared` needs for one model.
+
+  Args:
+    params: θ with at least M − 1 interaction matrices.
+    max_size: M (the expansion uses M_M; predict_prepared must use the same M).
+    k_pool: the largest K_pool the neighbour table must serve (width
+      :func:`neighbors.width_for`); required when ``neighbor_table``.
+    neighbor_table: build (or load) the neighbour table; False: scan every tool instead.
+    cache_dir: where the table is cached by a hash of Z and M_M (None: not cached); see
+      :func:`neighbors.cache_dir_beside` for a model directory's place.
+    progress: show a progress bar while the table is built.
+
+  Returns:
+    PreparedModel (device arrays).
+  """
+  params = truncate(jax.device_put(params), max_size)
+  logit_weights, keyed = _products(params)
+  table = None
+  if neighbor_table:
+    if k_pool is None:
+      raise ValueError("prepare(neighbor_table=True) needs k_pool")
+    width = neighbors.width_for(k_pool, int(params.tool_embeddings.shape[0]))
+    table = neighbors.load_or_build(keyed[:, max_size - 2], params.tool_embeddings,
+                                    params.interactions[max_size - 2], width, cache_dir,
+                                    progress=progress)
+    table = neighbors.NeighborTable(*jax.device_put(tuple(table)))
+  return PreparedModel(params, logit_weights, keyed, table)
+
+
+def _query_side(params: HysetParams, query_emb: jax.Array) -> jax.Array:
+  """f32[Q, d_r]: the query-side vector multiplied into P Zᵀ — the query tower's output."""
+  return scoring.query_tower(params.tower, query_emb)
+
+
+def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int,
+                       k_pool: int) -> Shortlist:
+  """:func:`shortlist` from a prepared model: the same tools in the same order.
+
+  The neighbour table answers the expansion when it is wide enough (W ≥ K_pool − 1); a batch
+  in which some query has a boundary tie (:func:`neighbors.expand`) is scanned in full for
+  those queries, so the answer is always the full scan's.
+  """
+  logits = _query_side(prep.params, query_emb) @ prep.logit_weights       # [Q, N]
+  s0 = jax.lax.top_k(logits, k1)[1]
+  n_ext = k_pool - k1
+  z = prep.params.tool_embeddings
+
+  def scan():
+    return _expand_scan(z, prep.keyed[s0, -1], logits, s0, n_ext)
+
+  table = prep.neighbors
+  if table is None or table.ids.shape[1] < k_pool - 1:
+    extra = scan()
+  else:
+    exp = neighbors.expand(table, logits, s0, n_ext)
+    extra = jax.lax.cond(jnp.any(exp.tie),
+                         lambda: jnp.where(exp.tie[:, None], scan(), exp.extra),
+                         lambda: exp.extra)
+  tools = jnp.concatenate([s0, extra], axis=1).astype(jnp.int32)
+  return Shortlist(tools, jnp.take_along_axis(logits, tools, axis=1))
+
+
+def pair_matrices_prepared(prep: PreparedModel, query_emb: jax.Array,
+                           tools: jax.Array) -> jax.Array:
+  """G_m of each shortlist, f32[Q, M−1, K, K], from the precomputed Z M_m (K²·d per size).
+
+  A model with the query-conditioned set term (``params.conditioned``) uses
+  :func:`scoring.shortlist_pairs` instead: that term is per query, nothing to precompute.
+  """
+  if prep.params.conditioned is not None:
+    return scoring.shortlist_pairs(prep.params, query_emb, tools)
+  q, k = tools.shape
+  keyed = prep.keyed[tools].reshape(q, -1, prep.keyed.shape[-1])          # [Q, K·(M−1), d]
+  g = jnp.einsum("qad,qjd->qaj", keyed, prep.params.tool_embeddings[tools])
+  return g.reshape(q, k, -1, k).transpose(0, 2, 1, 3)                    # [Q, M−1, K, K]
+
+
+@functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "ranking"))
+def predict_prepared(prep: PreparedModel, query_emb: jax.Array, *, k1: int, k_pool: int,
+                     max_size: int, method: enumeration.Method = enumeration.DEFAULT_METHOD,
+                     ranking: Ranking | None = None) -> Prediction:
+  """:func:`predict` from a prepared model (same outputs; see the module docstring).
+
+  ``max_size`` must be the M the model was prepared for (its expansion uses M_M).
+  """
+  if max_size != prep.max_size:
+    raise ValueError(f"the model was prepared for max_size {prep.max_size}, not {max_size}")
+  sl = shortlist_prepared(prep, query_emb, k1, k_pool)
+  pairs = pair_matrices_prepared(prep, query_emb, sl.tools)
+  return _prediction(sl, _stage2(sl, pairs, k_pool=k_pool, max_size=max_size, method=method,
+                                 ranking=DEFAULT_RANKING if ranking is None else ranking))
+
+
+def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *, k1: int,
+                    k_pool: int, max_size: int, batch_size: int = 256,
+                    method: enumeration.Method = enumeration.DEFAULT_METHOD,
+                    ranking: Ranking | None = None, progress: bool = False,
+                    neighbor_table: bool | None = None) -> Prediction:
+  """:func:`predict_prepared` over any number of queries in fixed-size chunks (one compilation).
+
+  Args:
+    model: θ (prepared here) or a :class:`PreparedModel` (prepared with this ``max_size``).
+    query_emb: f32[Q, d_r].
+    k1, k_pool, max_size, method, ranking: as :func:`predict`.
+    batch_size: queries per call; the last chunk is padded so every call has the same shape.
+    progress: show a progress bar.
+    neighbor_table: when ``model`` is θ, whether to build the neighbour table; None: when it
+      pays for itself here (Q·K1 ≥ N: the table costs N²·d, a full scan N·K1·d per query).
+
+  Returns:
+    Prediction of NumPy arrays.
+  """
+  params = model.params if isinstance(model, PreparedModel) else model
+  num_tools = int(params.tool_embeddings.shape[0])
+  enumeration.validate_sizes(k_pool, max_size, k1=k1, num_tools=num_tools)
   n = query_emb.shape[0]
+  if not isinstance(model, PreparedModel):
+    if neighbor_table is None:
+      neighbor_table = n * k1 >= num_tools
+    model = prepare(model, max_size=max_size, k_pool=k_pool, neighbor_table=neighbor_table)
   batch_size = max(1, min(batch_size, n))
   chunks = []
   starts = range(0, n, batch_size)
@@ -197,6 +425,7 @@ def predict_batched(params: HysetParams, query_emb: np.ndarray, *, k1: int, k_po
     pad = batch_size - chunk.shape[0]
     if pad:
       chunk = np.concatenate([chunk, np.zeros((pad, chunk.shape[1]), np.float32)])
-    out = predict(params, chunk, k1=k1, k_pool=k_pool, max_size=max_size, method=method)
+    out = predict_prepared(model, chunk, k1=k1, k_pool=k_pool, max_size=max_size,
+                           method=method, ranking=ranking)
     chunks.append(jax.tree.map(lambda a, m=batch_size - pad: np.asarray(a)[:m], out))
   return Prediction(*(np.concatenate(parts) for parts in zip(*chunks)))

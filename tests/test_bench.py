@@ -1,9 +1,11 @@
-"""`hyset bench enumerate` smoke test: it runs and its numbers are consistent."""
+"""`hyset bench enumerate|e2e` smoke tests: they run and their numbers are consistent."""
 import json
 import math
 
-from hyset_jax import cli, enumeration
-from hyset_jax.benchmarking import references, workload
+import pytest
+
+from hyset_jax import choices, cli, enumeration
+from hyset_jax.benchmarking import references, runners, workload
 
 
 def test_bench_enumerate_json_is_consistent(tmp_path, capsys):
@@ -12,6 +14,7 @@ def test_bench_enumerate_json_is_consistent(tmp_path, capsys):
                    "--json", str(out)]) == 0
   r = json.loads(out.read_text())
   assert r["status"] == "ok" and r["impl"] == "jax" and r["method"] == enumeration.DEFAULT_METHOD
+  assert r["output"] == "best"
   assert (r["k_pool"], r["max_size"], r["batch"], r["dim"]) == (20, 5, 8, 0)
   assert r["n_subsets"] == 21699 == enumeration.count_subsets(20, 5)
   assert r["queries_per_s"] > 0 and r["subsets_per_s"] > 0
@@ -30,10 +33,41 @@ def test_references_agree_with_each_other():
   assert workload.min_flops_per_query(20, 5) == 187302
 
 
-def test_predict_method_flag_mirrors_the_scorers():
-  from hyset_jax.commands import predict
-  assert set(predict.METHODS) == set(enumeration.SCORERS)
+@pytest.mark.parametrize("impl", ["jax-colex", "numpy-matmul"])
+def test_bench_enumerate_scores_and_best_agree_with_numpy(impl, tmp_path):
+  for output in choices.STAGE2_OUTPUTS:
+    out = tmp_path / f"{output}.json"
+    assert cli.main(["bench", "enumerate", "--batch", "4", "--k-pool", "10", "--max-size", "4",
+                     "--repeats", "1", "--impl", impl, "--output", output, "--check",
+                     "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["output"] == output and r["max_abs_diff_vs_numpy"] < 1e-4
+
+
+def test_bench_e2e_json_has_both_timings(tmp_path):
+  out = tmp_path / "e2e.json"
+  assert cli.main(["bench", "e2e", "--tools", "300", "--dim", "16", "--batch", "3",
+                   "--repeats", "2", "--ranking", "set-first", "--json", str(out)]) == 0
+  r = json.loads(out.read_text())
+  assert (r["num_tools"], r["dim"], r["batch"], r["k1"], r["k_pool"]) == (300, 16, 3, 15, 20)
+  assert r["ranking"] == "set-first" and r["method"] == choices.DEFAULT_METHOD
+  assert r["ms_per_query"] > 0 and r["dense_ms_per_query"] > 0
+  assert math.isclose(r["ratio_to_dense"], r["ms_per_query"] / r["dense_ms_per_query"])
+  assert r["prepare_s"] > 0 and "cpu" in r["machine"]
+
+
+def test_method_and_ranking_names_come_from_one_place():
+  assert tuple(enumeration.SCORERS) == choices.ENUMERATION_METHODS
+  assert {m for m in runners.JAX_METHODS.values() if m and "/" not in m} == set(
+      choices.ENUMERATION_METHODS)
   parser = cli.build_parser()
   args = parser.parse_args(["predict", "--model", "m", "--query-embeddings", "q.npy",
                             "--out", "o.jsonl"])
-  assert args.method == enumeration.DEFAULT_METHOD
+  assert args.method == enumeration.DEFAULT_METHOD and args.ranking is None
+  for ranking in choices.RANKINGS:
+    args = parser.parse_args(["eval", "--data", "bfcl", "--split", "test", "--method", "hyset",
+                              "--ranking", ranking, "--out", "m.json"])
+    assert args.ranking == ranking
+  with pytest.raises(SystemExit):
+    parser.parse_args(["predict", "--model", "m", "--query-embeddings", "q.npy",
+                       "--out", "o.jsonl", "--ranking", "magic"])

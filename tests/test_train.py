@@ -119,7 +119,11 @@ def test_interrupted_run_resumes_to_the_same_parameters(tmp_path):
   for k in a:
     np.testing.assert_allclose(a[k], b[k], atol=1e-6, err_msg=k)
   rows = [json.loads(line) for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
-  assert [r["step"] for r in rows] == [0, 2, 4, 6, 8, 10, 12]
+  # One header (this start's per-device memory; docs/sharding.md), then the steps once each,
+  # then the ranking chosen at the end.
+  assert [r["step"] for r in rows if "ranking" not in r] == [-1, 0, 2, 4, 6, 8, 10, 12]
+  assert rows[0]["memory"]["parameters"] > 0
+  assert rows[-1]["ranking"] in ("greedy", "logit", "set-first")
   # A different config on the same workdir is refused, not silently mixed.
   other = small_config(learning_rate=0.5)
   with pytest.raises(UserError, match="different config.*learning_rate"):
@@ -181,3 +185,24 @@ def test_config_errors_before_any_work():
   c = config_lib.resolve("tiny", ["train.negative_mix=0.6,0.2,0.2", "model.interaction=shared"])
   assert c.train.negative_mix == (0.6, 0.2, 0.2) and c.model.interaction == "shared"
   assert config_lib.from_dict(json.loads(c.to_json())) == c
+
+
+def test_ranking_is_chosen_on_validation_and_recorded(tmp_path):
+  from hyset_jax import modeldir
+  from hyset_jax.evaluation import RANK_METRICS
+  data = synthetic_data()
+  out = train.train_and_evaluate(small_config(), tmp_path / "auto", data=data, progress=False)
+  last = json.loads((tmp_path / "auto" / "metrics.jsonl").read_text().splitlines()[-1])
+  by = last["validation_by_ranking"]
+  assert set(by) == {"greedy", "logit", "set-first"}
+  mean = {r: np.mean([m[k] for k in RANK_METRICS]) for r, m in by.items()}
+  assert out["ranking"] == last["ranking"] == max(mean, key=mean.get)
+  for d in ("best", "final"):
+    assert modeldir.load_model_dir(tmp_path / "auto" / d).ranking == out["ranking"]
+  # The delivered set does not depend on the ranking.
+  assert len({m["set_f1"] for m in by.values()}) == 1
+  c = small_config()
+  c.model.ranking = "logit"
+  fixed = train.train_and_evaluate(c, tmp_path / "fixed", data=data, progress=False)
+  assert fixed["ranking"] == "logit"
+  assert modeldir.load_model_dir(tmp_path / "fixed" / "best").ranking == "logit"

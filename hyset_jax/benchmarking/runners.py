@@ -1,5 +1,9 @@
 """One timing protocol for every implementation (JAX forms, NumPy, naive loop, PyTorch).
 
+Two outputs (:data:`hyset_jax.choices.STAGE2_OUTPUTS`): ``scores`` times every subset's score
+written as f32[Q, n]; ``best`` times the best set per query (``enumeration.best_subset`` for
+JAX, the scores and an argmax for the others — what a user of those libraries would write).
+
 Protocol: build inputs where the implementation computes (``jax.device_put`` for JAX), compile
 (JAX: ``jit(...).lower(...).compile()``, timed as ``compile_s``), warm up, then ``repeats``
 samples; a sample times enough back-to-back calls to last ≥ 20 ms and reports the mean per call.
@@ -16,17 +20,19 @@ import dataclasses
 import statistics
 import time
 import tracemalloc
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from hyset_jax import enumeration
-from hyset_jax.benchmarking import references
-from hyset_jax.benchmarking.workload import Workload
+from hyset_jax import choices
+
+if TYPE_CHECKING:  # the workload module imports JAX; the CLI reads IMPLS without it
+  from hyset_jax.benchmarking.workload import Workload  # noqa: F401
 
 # Implementation name → enumeration method, for the JAX forms; "jax" is the library default.
-JAX_METHODS = {"jax": None, "jax-colex": "colex", "jax-gather": "gather",
-               "jax-matmul": "matmul", "jax-matmul-bf16": "matmul_bf16",
+# Built from the one list of method names (imports no JAX: the CLI reads it for --help).
+JAX_METHODS = {"jax": None,
+               **{"jax-" + m.replace("_", "-"): m for m in choices.ENUMERATION_METHODS},
                # The gather form's scores left subset-major (f32[n, Q]): what the final
                # transpose to the API's [Q, n] costs on this machine.
                "jax-gather-subset-major": "gather/subset-major"}
@@ -83,18 +89,22 @@ class Measurement:
     return out
 
 
-def _jax_prepare(method: str | None, w: Workload) -> Prepared:
+def _jax_prepare(method: str | None, w: "Workload", output: str) -> Prepared:
   import jax
   import jax.numpy as jnp
 
-  from hyset_jax import scoring
+  from hyset_jax import enumeration, scoring
 
-  method = method or enumeration.DEFAULT_METHOD
+  method = method or choices.DEFAULT_METHOD
   table = enumeration.subset_table(w.k_pool, w.max_size)
 
   def score(logits, pairs):
     if method == "gather/subset-major":
+      if output == "best":
+        raise ImportError("subset-major is a scores layout; --output best has no such variant")
       return enumeration.score_subsets_subset_major(logits, pairs, table, "gather")[0]
+    if output == "best":
+      return enumeration.best_subset(logits, pairs, table, method)
     return enumeration.score_subsets(logits, pairs, table, method).scores
 
   if w.dim == 0:
@@ -117,7 +127,7 @@ def _jax_prepare(method: str | None, w: Workload) -> Prepared:
     source = "xla buffer assignment"
   except (AttributeError, NotImplementedError, RuntimeError):
     pass
-  return Prepared(lambda: compiled(*args).block_until_ready(), compile_s, peak, source, method)
+  return Prepared(lambda: jax.block_until_ready(compiled(*args)), compile_s, peak, source, method)
 
 
 def _traced_peak(fn: Callable[[], Any]) -> int:
@@ -129,18 +139,24 @@ def _traced_peak(fn: Callable[[], Any]) -> int:
     tracemalloc.stop()
 
 
-def _host_prepare(fn: Callable[[], Any], measure_peak: bool) -> Prepared:
+def _host_prepare(fn: Callable[[], Any], measure_peak: bool, output: str) -> Prepared:
+  if output == "best":
+    scores = fn
+    fn = lambda: np.argmax(scores(), axis=1)  # noqa: E731
   return Prepared(fn, None, _traced_peak(fn) if measure_peak else None,
                   "tracemalloc" if measure_peak else "")
 
 
-def _torch_prepare(w: Workload) -> Prepared:
+def _torch_prepare(w: "Workload", output: str) -> Prepared:
   import torch
 
+  from hyset_jax.benchmarking import references
   device = "cuda" if torch.cuda.is_available() else "cpu"
 
   def call():
     out = references.torch_gather(w, device)
+    if output == "best":
+      out = torch.argmax(out, dim=1)
     if device == "cuda":
       torch.cuda.synchronize()
     return out
@@ -153,31 +169,35 @@ def _torch_prepare(w: Workload) -> Prepared:
   return Prepared(call, None, peak, source, f"torch-{device}")
 
 
-def prepare(impl: str, w: Workload, measure_peak: bool = True) -> Prepared:
+def prepare(impl: str, w: "Workload", measure_peak: bool = True,
+            output: str = "scores") -> Prepared:
   """Ready ``impl`` for ``w``. Raises ``ImportError`` for torch when it is not installed."""
+  from hyset_jax.benchmarking import references
+  choices.check("stage-2 output", output, choices.STAGE2_OUTPUTS)
   if impl in JAX_METHODS:
-    return _jax_prepare(JAX_METHODS[impl], w)
+    return _jax_prepare(JAX_METHODS[impl], w, output)
   if impl == "numpy":
-    return _host_prepare(lambda: references.numpy_gather(w), measure_peak)
+    return _host_prepare(lambda: references.numpy_gather(w), measure_peak, output)
   if impl == "numpy-matmul":
-    return _host_prepare(lambda: references.numpy_matmul(w), measure_peak)
+    return _host_prepare(lambda: references.numpy_matmul(w), measure_peak, output)
   if impl == "naive":
-    return _host_prepare(lambda: references.naive(w), False)
+    return _host_prepare(lambda: references.naive(w), False, output)
   if impl == "torch":
     if not references.torch_available():
       raise ImportError("torch not installed")
-    return _torch_prepare(w)
+    return _torch_prepare(w, output)
   raise ValueError(f"unknown implementation {impl!r}; choose one of {', '.join(IMPLS)}")
 
 
-def measure(impl: str, w: Workload, repeats: int = 5, min_sample_s: float = 0.02,
-            measure_peak: bool = True) -> Measurement:
+def measure(impl: str, w: "Workload", repeats: int = 5, min_sample_s: float = 0.02,
+            measure_peak: bool = True, output: str = "scores") -> Measurement:
   """Time ``impl`` on ``w`` (see the module docstring); torch missing gives status
   ``"not run: torch not installed"``."""
+  settings = {**w.settings(), "output": output}
   try:
-    p = prepare(impl, w, measure_peak)
+    p = prepare(impl, w, measure_peak, output)
   except ImportError as e:
-    return Measurement(impl, w.settings(), status=f"not run: {e}")
+    return Measurement(impl, settings, status=f"not run: {e}")
   p.call()                                              # warm-up: first-call costs
   start = time.perf_counter()
   p.call()
@@ -189,5 +209,5 @@ def measure(impl: str, w: Workload, repeats: int = 5, min_sample_s: float = 0.02
     for _ in range(calls):
       p.call()
     times.append((time.perf_counter() - start) / calls)
-  return Measurement(impl, w.settings(), method=p.method, times_s=times, calls_per_sample=calls,
+  return Measurement(impl, settings, method=p.method, times_s=times, calls_per_sample=calls,
                      compile_s=p.compile_s, peak_bytes=p.peak_bytes, peak_source=p.peak_source)

@@ -1,10 +1,16 @@
-"""``hyset bench enumerate``: subset-enumeration throughput of one implementation.
+"""``hyset bench enumerate|e2e``: subset-enumeration throughput, and end-to-end latency.
 
   hyset bench enumerate [--k-pool 20] [--max-size 5] [--batch 1024] [--dim 0]
-                        [--impl jax] [--repeats 5] [--seed 0] [--check] [--json FILE]
+                        [--impl jax] [--output best|scores] [--repeats 5] [--seed 0]
+                        [--check] [--json FILE]
+  hyset bench e2e [--tools 13860] [--dim 768] [--batch 1] [--k1 15] [--k-pool 20]
+                  [--max-size 5] [--method gather] [--ranking greedy] [--repeats 5]
+                  [--seed 0] [--json FILE]
 
-Scores every subset (1 ≤ |E| ≤ M) of a K-tool shortlist for a batch of random queries and
-reports queries/s, subsets/s, compile time, peak memory and the settings. ``--dim 0`` times the
+``enumerate`` scores every subset (1 ≤ |E| ≤ M) of a K-tool shortlist for a batch of random
+queries and reports queries/s, subsets/s, compile time, peak memory and the settings.
+``--output best`` (the default) returns the best set per query, as predict does;
+``--output scores`` returns every subset's score, f32[batch, n]. ``--dim 0`` times the
 enumeration alone from ℓ and G_m; ``--dim D`` also builds them from D-dimensional embeddings.
 Implementations: the JAX forms (``jax`` is the library default), the NumPy reference and its
 matmul variant, PyTorch (when installed) and a naive Python loop. The full side-by-side suite
@@ -12,20 +18,26 @@ with sweeps and plots is ``python -m benchmarks.run_all`` in the repository.
 
 JSON (design.md §5): ``queries_per_s``, ``subsets_per_s``, ``time_s`` (median seconds per
 batch, so queries_per_s × time_s = batch), ``times_s``, ``compile_s``, ``peak_bytes``,
-``impl``, ``method``, ``k_pool``, ``max_size``, ``batch``, ``dim``, ``seed``, ``repeats``,
-``n_subsets``, ``min_flops_per_query``, ``machine``.
+``impl``, ``method``, ``output``, ``k_pool``, ``max_size``, ``batch``, ``dim``, ``seed``,
+``repeats``, ``n_subsets``, ``min_flops_per_query``, ``machine``.
+
+``e2e`` times the prepared inference path (stage 1, neighbour-table expansion, G_m, best-only
+stage 2, ranking; encoder excluded) on a random library of ``--tools`` unit vectors of
+dimension ``--dim``, and a dense top-K_pool pass over the same library in the same run. JSON:
+``ms_per_query``, ``dense_ms_per_query``, ``ratio_to_dense``, ``queries_per_s``, ``times_s``,
+``dense_times_s``, ``compile_s``, ``prepare_s`` (P Zᵀ, Z M_m and the neighbour table), the
+settings (``num_tools``, ``dim``, ``batch``, ``k1``, ``k_pool``, ``max_size``, ``method``,
+``ranking``, ``seed``, ``repeats``) and ``machine``.
 """
 from __future__ import annotations
 
 import argparse
 import json
 
+from hyset_jax import choices
+from hyset_jax.benchmarking.runners import IMPLS
 from hyset_jax.commands import int_at_least
 from hyset_jax.errors import UserError
-
-_IMPLS = ("jax", "jax-gather", "jax-colex", "jax-matmul", "jax-matmul-bf16",
-          "jax-gather-subset-major", "numpy", "numpy-matmul", "torch", "naive")
-
 
 _positive = int_at_least(1)
 _non_negative = int_at_least(0)
@@ -43,14 +55,61 @@ def add_parser(subparsers) -> None:
   e.add_argument("--batch", type=_positive, default=1024, help="queries per call (default 1024)")
   e.add_argument("--dim", type=_non_negative, default=0,
                  help="embedding dimension; 0 (default) times the enumeration alone")
-  e.add_argument("--impl", choices=_IMPLS, default="jax",
+  e.add_argument("--impl", choices=IMPLS, default="jax",
                  help="implementation (default: jax, the library's default method)")
+  e.add_argument("--output", choices=choices.STAGE2_OUTPUTS, default=choices.DEFAULT_STAGE2_OUTPUT,
+                 help="best: the best set per query (default, what predict runs); scores: "
+                      "every subset's score")
   e.add_argument("--repeats", type=_positive, default=5, help="timed samples (default 5)")
   e.add_argument("--seed", type=int, default=0)
   e.add_argument("--check", action="store_true",
                  help="also compare the scores of the first 8 queries with the NumPy reference")
   e.add_argument("--json", metavar="FILE", help="write the result as JSON")
   e.set_defaults(func=run_enumerate)
+
+  t = sub.add_parser("e2e", help="end-to-end latency from query embeddings vs a dense pass",
+                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  t.add_argument("--tools", type=int_at_least(2), default=13_860,
+                 help="library size N (default 13860, the paper's)")
+  t.add_argument("--dim", type=_positive, default=768, help="embedding dimension (default 768)")
+  t.add_argument("--batch", type=_positive, default=1, help="queries per call (default 1)")
+  t.add_argument("--k1", type=_positive, default=15, help="stage-1 size K1 (default 15)")
+  t.add_argument("--k-pool", type=_positive, default=20, help="shortlist size (default 20)")
+  t.add_argument("--max-size", type=_positive, default=5, help="largest set size M (default 5)")
+  t.add_argument("--method", choices=choices.ENUMERATION_METHODS, default=choices.DEFAULT_METHOD)
+  t.add_argument("--ranking", choices=choices.RANKINGS, default=choices.DEFAULT_RANKING)
+  t.add_argument("--repeats", type=_positive, default=5, help="timed samples (default 5)")
+  t.add_argument("--seed", type=int, default=0)
+  t.add_argument("--json", metavar="FILE", help="write the result as JSON")
+  t.set_defaults(func=run_e2e)
+
+
+def _write_json(path: str | None, out: dict) -> None:
+  if path:
+    from hyset_jax import io_utils
+    with io_utils.atomic_write(path) as f:
+      json.dump(out, f, indent=2)
+      f.write("\n")
+
+
+def run_e2e(args: argparse.Namespace) -> int:
+  from hyset_jax import enumeration
+  from hyset_jax.benchmarking import end_to_end, hardware
+
+  enumeration.validate_sizes(args.k_pool, args.max_size, k1=args.k1, num_tools=args.tools)
+  if args.tools * args.dim * 4 * (args.max_size + 1) > 16 << 30:
+    raise UserError(f"--tools {args.tools} × --dim {args.dim} needs over 16 GiB for the "
+                    "prepared library; lower one of them")
+  out = end_to_end.measure(args.tools, args.dim, args.batch, k1=args.k1, k_pool=args.k_pool,
+                           max_size=args.max_size, method=args.method, ranking=args.ranking,
+                           repeats=args.repeats, seed=args.seed)
+  out["machine"] = hardware.describe()
+  print(f"e2e N={args.tools} d={args.dim} batch={args.batch}: {out['ms_per_query']:.3f} ms/query "
+        f"({out['queries_per_s']:,.0f} q/s); dense top-{args.k_pool} pass "
+        f"{out['dense_ms_per_query']:.3f} ms/query; ratio {out['ratio_to_dense']:.2f}; "
+        f"prepare {out['prepare_s']:.1f} s, compile {out['compile_s']:.1f} s")
+  _write_json(args.json, out)
+  return 0
 
 
 def run_enumerate(args: argparse.Namespace) -> int:
@@ -65,16 +124,17 @@ def run_enumerate(args: argparse.Namespace) -> int:
     raise UserError(f"--batch {args.batch} × {n} subsets needs {args.batch * n * 4 / 2**30:.1f} "
                     "GiB for the scores alone; lower --batch")
   w = workload.make_workload(args.k_pool, args.max_size, args.batch, args.dim, args.seed)
-  m = runners.measure(args.impl, w, repeats=args.repeats)
+  m = runners.measure(args.impl, w, repeats=args.repeats, output=args.output)
   out = m.to_json()
   out["min_flops_per_query"] = workload.min_flops_per_query(args.k_pool, args.max_size)
   out["machine"] = hardware.describe()
   if args.check and m.ok:
-    out["max_abs_diff_vs_numpy"] = _check(args.impl, w)
+    out["max_abs_diff_vs_numpy"] = _check(args.impl, w, args.output)
   if m.ok:
     peak = f"{m.peak_bytes / 2**20:.1f} MiB ({m.peak_source})" if m.peak_bytes else "n/a"
     compile_s = f"{m.compile_s:.2f} s" if m.compile_s is not None else "n/a"
-    print(f"{args.impl} ({m.method}): K={args.k_pool} M={args.max_size} batch={args.batch} "
+    print(f"{args.impl} ({m.method}, {args.output}): K={args.k_pool} M={args.max_size} "
+          f"batch={args.batch} "
           f"dim={args.dim}: {m.queries_per_s:,.0f} queries/s, {m.subsets_per_s:,.0f} subsets/s "
           f"(median of {len(m.times_s)}: {m.time_s * 1e3:.2f} ms/batch), compile {compile_s}, "
           f"peak {peak}")
@@ -82,16 +142,13 @@ def run_enumerate(args: argparse.Namespace) -> int:
       print(f"max |score − NumPy reference| over 8 queries: {out['max_abs_diff_vs_numpy']:.2e}")
   else:
     print(f"{args.impl}: {m.status}")
-  if args.json:
-    from hyset_jax import io_utils
-    with io_utils.atomic_write(args.json) as f:
-      json.dump(out, f, indent=2)
-      f.write("\n")
+  _write_json(args.json, out)
   return 0
 
 
-def _check(impl: str, w) -> float:
-  """Max |score − NumPy| over the first 8 queries, mapping reordered positions back."""
+def _check(impl: str, w, output: str = "scores") -> float:
+  """Max |score − NumPy| over the first 8 queries, mapping reordered positions back; for
+  ``output="best"``, of the best score (and the best set must be NumPy's argmax)."""
   import dataclasses
 
   import numpy as np
@@ -103,17 +160,19 @@ def _check(impl: str, w) -> float:
       w, batch=min(8, w.batch), logits=w.logits[:8], pairs=w.pairs[:8],
       query=None if w.query is None else w.query[:8], tools=None if w.tools is None else w.tools[:8])
   want = references.numpy_gather(small)
+  table = enumeration.subset_table(w.k_pool, w.max_size)
+  if output == "best":
+    return _check_best(impl, small, want, table)
   if impl in runners.JAX_METHODS:
     import jax.numpy as jnp
     method = runners.JAX_METHODS[impl] or enumeration.DEFAULT_METHOD
     logits, pairs = (jnp.asarray(a) for a in references.numpy_inputs(small))
-    table = enumeration.subset_table(w.k_pool, w.max_size)
     if method == "gather/subset-major":
       scores, positions = enumeration.score_subsets_subset_major(logits, pairs, table, "gather")
       scores = scores.T
     else:
       scores, positions = enumeration.score_subsets(logits, pairs, table, method)
-    got = reorder_to_shortlist(np.asarray(scores), np.asarray(positions), table)
+    got = enumeration.reorder_to_shortlist(np.asarray(scores), np.asarray(positions), table)
   elif impl == "torch":
     got = references.torch_gather(small).cpu().numpy()
   else:
@@ -121,20 +180,29 @@ def _check(impl: str, w) -> float:
   return float(np.max(np.abs(np.asarray(got) - want)))
 
 
-def reorder_to_shortlist(scores, positions, table):
-  """Scores indexed by table row in shortlist order, from scores indexed in ``positions``
-  order (the reordering the gather and colex forms report)."""
+def _check_best(impl: str, small, want, table) -> float:
+  """Max |best score − NumPy's best| over the workload; UserError if a best set differs."""
   import numpy as np
 
   from hyset_jax import enumeration
-
-  out = np.empty_like(scores)
-  for q in range(scores.shape[0]):
-    members = np.where(table.mask, positions[q][table.members], -1)
-    members = np.sort(np.where(table.mask, members, np.iinfo(np.int32).max), axis=1)
-    rows = np.empty(len(table), np.int64)
-    for m in range(1, table.max_size + 1):
-      lo, hi = table.offsets[m - 1], table.offsets[m]
-      rows[lo:hi] = lo + enumeration.colex_rank(members[lo:hi, :m])
-    out[q, rows] = scores[q]
-  return out
+  from hyset_jax.benchmarking import references, runners
+  best_want = want.max(axis=1)
+  if impl in runners.JAX_METHODS:
+    import jax.numpy as jnp
+    method = runners.JAX_METHODS[impl] or enumeration.DEFAULT_METHOD
+    if method == "gather/subset-major":
+      raise UserError("--impl jax-gather-subset-major has no --output best; use --output scores")
+    logits, pairs = (jnp.asarray(a) for a in references.numpy_inputs(small))
+    best = enumeration.best_subset(logits, pairs, table, method)
+    got = np.asarray(best.scores[:, 0])
+    for q in range(len(got)):
+      members = tuple(sorted(np.asarray(best.positions[q, 0])[np.asarray(best.mask[q, 0])]))
+      row = int(np.argmax(want[q]))
+      if members != tuple(table.members[row, :table.sizes[row]]):
+        raise UserError(f"check failed: query {q}: best set {members} is not NumPy's "
+                        f"{tuple(table.members[row, :table.sizes[row]])}")
+  else:
+    rows = runners.prepare(impl, small, measure_peak=False, output="best").call()
+    rows = rows.cpu().numpy() if hasattr(rows, "cpu") else np.asarray(rows)
+    got = want[np.arange(len(rows)), rows]
+  return float(np.max(np.abs(got - best_want)))

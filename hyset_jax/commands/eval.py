@@ -1,12 +1,16 @@
 """``hyset eval``: score one retrieval method on one split of a data set.
 
-    hyset eval --data SPEC --split NAME --method bm25|dense|fusion|hyset \
-        [--model DIR] [--encoder DIR] [--limit N] --out metrics.json [--force]
+    hyset eval --data SPEC --split NAME --method METHOD [--model DIR] [--encoder DIR] \
+        [--seed N] [--limit N] --out metrics.json [--force]
+
+METHOD: bm25, dense, fusion, hyset, linear-head, mlp-head or set-classifier.
 
 Writes the design.md §5 metrics (``hyset_jax.metrics.evaluate``) as JSON and
 prints a one-line summary. ``--method hyset`` without ``--model`` scores the
 untrained HYSET built from the encoder's tool embeddings (P = I, M = 0), which
-ranks exactly like ``dense``: the baseline any training must beat.
+ranks exactly like ``dense``: the baseline any training must beat. The trained baselines
+(``linear-head``, ``mlp-head``, ``set-classifier``: hyset_jax.retrievers.trained) are first fit
+on the data set's train split (less the validation carve HYSET training makes), with --seed.
 """
 from __future__ import annotations
 
@@ -20,7 +24,10 @@ from typing import Any
 from hyset_jax.data.types import ToolLibrary
 from hyset_jax.errors import UserError
 
-METHODS = ("bm25", "dense", "fusion", "hyset")
+# hyset_jax.retrievers.trained.TRAINED_METHODS, spelled out: importing the retrievers
+# package (bm25s, ~2 s) would slow every `hyset` invocation that only builds the parser.
+TRAINED_METHODS = ("linear-head", "mlp-head", "set-classifier")
+METHODS = ("bm25", "dense", "fusion", "hyset", *TRAINED_METHODS)
 
 # Rankings are read to the deepest reported cut-off (COMP@5, NDCG@5).
 EVAL_DEPTH = 5
@@ -39,7 +46,13 @@ def add_parser(subparsers: Any) -> None:
   p.add_argument("--encoder", metavar="DIR",
                  help="frozen encoder checkpoint directory (default: all-MiniLM-L6-v2; "
                       "with --model, the query_encoder its manifest names)")
+  p.add_argument("--seed", type=int, default=0,
+                 help="seed of a trained baseline (linear-head, mlp-head, set-classifier)")
   p.add_argument("--limit", type=int, metavar="N", help="score only the first N queries of the split")
+  from hyset_jax import choices
+  p.add_argument("--ranking", choices=choices.RANKINGS, default=None,
+                 help="--method hyset: how the shortlist is ranked (default: the model's, else "
+                      f"{choices.DEFAULT_RANKING})")
   p.add_argument("--out", required=True, metavar="FILE", help="where to write the metrics JSON")
   p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
   p.set_defaults(func=run)
@@ -48,8 +61,13 @@ def add_parser(subparsers: Any) -> None:
 def _check_args(args: argparse.Namespace) -> None:
   if args.model is not None and args.method != "hyset":
     raise UserError(f"--model is only used with --method hyset, not --method {args.method}")
+  if args.ranking is not None and args.method != "hyset":
+    raise UserError(f"--ranking is only used with --method hyset, not --method {args.method}")
   if args.encoder is not None and args.method == "bm25":
     raise UserError("--encoder is not used by --method bm25 (it has no encoder)")
+  if args.method in TRAINED_METHODS and args.split == "train":
+    raise UserError(f"--method {args.method} is fit on the train split; score it on another "
+                    f"split (e.g. test)")
   if args.limit is not None and args.limit < 1:
     raise UserError(f"--limit must be >= 1, got {args.limit}")
   out = Path(args.out)
@@ -62,7 +80,8 @@ def _load_encoder(path: str | None) -> Any:
   return load_encoder(model_dir=path)
 
 
-def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary) -> Any:
+def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary,
+                          ranking: str | None = None) -> Any:
   """A HysetRetriever from a ``hyset/1`` directory, checked against the data's library."""
   from hyset_jax.modeldir import load_model_dir
   from hyset_jax.retrievers import HysetRetriever
@@ -80,17 +99,23 @@ def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary
           f"(e.g. {', '.join(missing[:3])}); they can never be retrieved", file=sys.stderr)
   encoder = _load_encoder(encoder_dir if encoder_dir is not None else model.query_encoder)
   return HysetRetriever(model.params, model_ids, encoder,
-                        k1=model.k1, k_pool=model.k_pool, max_size=model.max_set_size)
+                        k1=model.k1, k_pool=model.k_pool, max_size=model.max_set_size,
+                        ranking=ranking or model.ranking)
 
 
 def build_retriever(method: str, tools: ToolLibrary, *, model: str | None = None,
-                    encoder_dir: str | None = None) -> Any:
-  """The retriever ``--method`` names, over the data set's tool library."""
+                    encoder_dir: str | None = None, ranking: str | None = None,
+                    train: Any = (), seed: int = 0) -> Any:
+  """The retriever ``--method`` names, over the data set's tool library (``train``: the
+  queries a trained baseline is fit on)."""
   from hyset_jax import retrievers
+  if method in TRAINED_METHODS:
+    from hyset_jax.retrievers.trained import fit_baseline
+    return fit_baseline(method, tools, _load_encoder(encoder_dir), train, seed=seed)
   if method == "bm25":
     return retrievers.BM25Retriever(tools)
   if method == "hyset" and model is not None:
-    return _hyset_from_model_dir(model, encoder_dir, tools)
+    return _hyset_from_model_dir(model, encoder_dir, tools, ranking)
   encoder = _load_encoder(encoder_dir)
   if method == "dense":
     return retrievers.DenseRetriever(tools, encoder)
@@ -99,7 +124,7 @@ def build_retriever(method: str, tools: ToolLibrary, *, model: str | None = None
     return retrievers.FusionRetriever(
         [retrievers.BM25Retriever(tools), retrievers.DenseRetriever(tools, encoder)])
   if method == "hyset":
-    return retrievers.HysetRetriever.untrained(tools, encoder)
+    return retrievers.HysetRetriever.untrained(tools, encoder, ranking=ranking)
   raise UserError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
 
 
@@ -129,8 +154,14 @@ def run(args: argparse.Namespace) -> int:
     raise UserError(f"{len(no_gold)} queries of split {args.split!r} have no gold tools "
                     f"(e.g. {', '.join(no_gold[:3])}); metrics are undefined for them")
 
+  train = ()
+  if args.method in TRAINED_METHODS:
+    from hyset_jax.config import DataConfig
+    from hyset_jax.data.splits import with_validation
+    train = with_validation(dataset, DataConfig.validation_fraction).split("train")
   retriever = build_retriever(args.method, dataset.tools, model=args.model,
-                              encoder_dir=args.encoder)
+                              encoder_dir=args.encoder, ranking=args.ranking, train=train,
+                              seed=args.seed)
   result = retriever.retrieve([q.text for q in queries], depth=EVAL_DEPTH)
   metrics = evaluate(result.rankings, [q.gold for q in queries], result.sets)
 

@@ -1,4 +1,4 @@
-"""``hyset predict``: best tool set, greedy ranking and shortlist for each query (design.md §5).
+"""``hyset predict``: best tool set, tool ranking and shortlist for each query (design.md §5).
 
 Output: one JSON object a line, in input order, with ``query_id``, ``set`` (tool ids),
 ``set_score``, ``ranking`` (tool ids) and ``shortlist`` (tool ids, shortlist order).
@@ -11,10 +11,8 @@ import pathlib
 
 import numpy as np
 
+from hyset_jax import choices
 from hyset_jax.errors import UserError
-
-
-METHODS = ("gather", "colex", "matmul", "matmul_bf16")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,11 +27,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--k-pool", type=int, help="shortlist size K_pool (default: the manifest's)")
   p.add_argument("--max-size", type=int, help="largest set size M (≤ the manifest's)")
   p.add_argument("--batch-size", type=int, default=256)
-  # Mirrors enumeration.SCORERS and DEFAULT_METHOD (not imported here: it would load JAX
-  # for ``hyset --help``); tests/test_bench.py checks they agree.
-  p.add_argument("--method", choices=METHODS, default="gather",
-                 help="subset-enumeration implementation (default gather; matmul_bf16 is "
-                      "approximate)")
+  p.add_argument("--method", choices=choices.ENUMERATION_METHODS, default=choices.DEFAULT_METHOD,
+                 help=f"subset-enumeration implementation (default {choices.DEFAULT_METHOD}; "
+                      "matmul_bf16 is approximate)")
+  p.add_argument("--ranking", choices=choices.RANKINGS, default=None,
+                 help="how the shortlist is ranked (default: the model's, else "
+                      f"{choices.DEFAULT_RANKING}); the set is the same under every ranking")
   p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
   p.set_defaults(func=run)
 
@@ -89,11 +88,12 @@ def resolve_overrides(model, k1: int | None, k_pool: int | None, max_size: int |
 
 
 def run(args: argparse.Namespace) -> int:
-  from hyset_jax import inference, io_utils, modeldir
+  from hyset_jax import inference, io_utils, modeldir, neighbors
 
   out = io_utils.check_writable(args.out, args.force)
   from hyset_jax.commands.export import best_model_dir
-  model = modeldir.load_model_dir(best_model_dir(args.model))
+  model_path = best_model_dir(args.model)
+  model = modeldir.load_model_dir(model_path)
   k1, k_pool, max_size = resolve_overrides(model, args.k1, args.k_pool, args.max_size)
   if args.query_embeddings:
     emb = load_query_embeddings(args.query_embeddings, model.params.projection.shape[0])
@@ -101,8 +101,14 @@ def run(args: argparse.Namespace) -> int:
   else:
     query_ids, emb = encode_queries(args.queries, model.query_encoder,
                                     model.params.projection.shape[0])
-  pred = inference.predict_batched(model.params, emb, k1=k1, k_pool=k_pool, max_size=max_size,
+  # The fast path: per-model products and the expansion's neighbour table, cached beside the
+  # model directory (built once per model, N²·d flops).
+  prepared = inference.prepare(model.params, max_size=max_size, k_pool=k_pool,
+                               cache_dir=neighbors.cache_dir_beside(model_path),
+                               progress=len(model.tool_ids) > 20_000)
+  pred = inference.predict_batched(prepared, emb, k1=k1, k_pool=k_pool, max_size=max_size,
                                    batch_size=args.batch_size, method=args.method,
+                                   ranking=args.ranking or model.ranking,
                                    progress=emb.shape[0] > 4 * args.batch_size)
   ids = model.tool_ids
   with io_utils.atomic_write(out) as f:

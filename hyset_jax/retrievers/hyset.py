@@ -14,10 +14,10 @@ from hyset_jax.retrievers.dense import embed
 class HysetRetriever:
   """Predicts a tool set per query, and a ranking for the rank metrics.
 
-  The ranking is HYSET's shortlist order (greedy marginal gain under F for the
-  first ``max_size`` positions, then stage-1 score), so it is at most ``k_pool``
-  long whatever ``depth`` asks for; the set is the argmax of F over the subsets
-  of the shortlist.
+  The ranking orders HYSET's shortlist (``ranking``: see
+  ``hyset_jax.inference.rank_tools``; the paper's greedy marginal gain by default), so it
+  is at most ``k_pool`` long whatever ``depth`` asks for; the set is the argmax of F over
+  the subsets of the shortlist.
 
   Args:
     params: ``hyset_jax.scoring.HysetParams`` (Z, {M_m}, P).
@@ -25,16 +25,19 @@ class HysetRetriever:
     encoder: the frozen query encoder r(x).
     k1, k_pool, max_size: inference settings (paper: 15, 20, 5); ``max_size``
       defaults to the params' M.
+    ranking: a ``hyset_jax.choices.RANKINGS`` name; None: the default ranking.
   """
 
   def __init__(self, params: Any, tool_ids: Sequence[str], encoder: Any, *,
-               k1: int = 15, k_pool: int = 20, max_size: int | None = None):
+               k1: int = 15, k_pool: int = 20, max_size: int | None = None,
+               ranking: str | None = None):
     self.params = params
     self.tool_ids = tuple(tool_ids)
     self.encoder = encoder
     self.k1 = k1
     self.k_pool = k_pool
     self.max_size = params.max_set_size if max_size is None else max_size
+    self.ranking = ranking
 
   @classmethod
   def untrained(cls, tools: ToolLibrary, encoder: Any, *, max_set_size: int = 5,
@@ -49,7 +52,8 @@ class HysetRetriever:
     check_depth(depth)
     from hyset_jax.inference import predict_batched
     out = predict_batched(self.params, embed(self.encoder, queries),
-                          k1=self.k1, k_pool=self.k_pool, max_size=self.max_size)
+                          k1=self.k1, k_pool=self.k_pool, max_size=self.max_size,
+                          ranking=self.ranking)
     ids = np.asarray(self.tool_ids, dtype=object)
     rankings = [ids[row[:depth]].tolist() for row in np.asarray(out.ranking)]
     # set_tools is padded with -1 after the set_size members.

@@ -1,0 +1,118 @@
+"""End-to-end latency of the prepared inference path against a dense pass, in one run.
+
+``measure`` builds a random library (N unit tools of dimension d, P = I, random symmetric
+M_2..M_M of scale 0.1 — trained-model scale), prepares it (P Zᵀ, Z M_m, the neighbour table),
+and times from query embeddings ("encoder excluded"):
+
+- ``inference.predict_prepared``: stage 1, expansion, G_m, best-only stage 2, the ranking;
+- the dense pass over the same library: ℓ for every tool and its top K_pool — what a plain
+  dense retriever does, 2·N·d flops per query.
+
+Both are jitted, compiled before timing, and timed back to back on the same queries; the
+ratio is the number to read on a shared machine. ``table="random"`` replaces the neighbour
+table by random rows (same shapes, no ties): the query path costs the same whatever the rows
+hold, and building the real table (N²·d flops) is out of reach at N = 10⁶ on a CPU.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Literal
+
+import numpy as np
+
+
+def random_params(num_tools: int, dim: int, max_size: int, seed: int = 0):
+  """HysetParams of a random library: unit rows, P = I, symmetric M_m of scale 0.1."""
+  import jax
+
+  from hyset_jax.scoring import HysetParams
+  rng = np.random.default_rng(seed)
+  z = rng.standard_normal((num_tools, dim), dtype=np.float32)
+  z /= np.linalg.norm(z, axis=1, keepdims=True)
+  m = rng.normal(scale=0.1, size=(max_size - 1, dim, dim)).astype(np.float32)
+  return jax.device_put(HysetParams(tool_embeddings=z, projection=np.eye(dim, dtype=np.float32),
+                                    interactions=(m + m.transpose(0, 2, 1)) / 2))
+
+
+def random_table(num_tools: int, width: int, seed: int = 0):
+  """A neighbour table of random rows (distinct tools, descending scores) for timing only."""
+  import jax
+
+  from hyset_jax.neighbors import NeighborTable
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(0, num_tools, (num_tools, width), dtype=np.int32)
+  scores = -np.sort(-rng.random((num_tools, width), dtype=np.float32), axis=1) - 1.0
+  return NeighborTable(*jax.device_put((ids, scores)))
+
+
+def _time(fn, repeats: int, min_sample_s: float = 0.05) -> list[float]:
+  """Per-call seconds: ``repeats`` samples, each as many calls as last ≥ min_sample_s."""
+  fn()
+  start = time.perf_counter()
+  fn()
+  calls = max(1, int(np.ceil(min_sample_s / max(time.perf_counter() - start, 1e-6))))
+  out = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    for _ in range(calls):
+      fn()
+    out.append((time.perf_counter() - start) / calls)
+  return out
+
+
+def prepared_library(num_tools: int, dim: int, *, k_pool: int = 20, max_size: int = 5,
+                     seed: int = 0, table: Literal["build", "random"] = "build"):
+  """(PreparedModel of a random library, seconds :func:`inference.prepare` took)."""
+  import jax
+
+  from hyset_jax import inference, neighbors
+  params = random_params(num_tools, dim, max_size, seed)
+  start = time.perf_counter()
+  prep = inference.prepare(params, max_size=max_size, k_pool=k_pool,
+                           neighbor_table=table == "build")
+  jax.block_until_ready(prep)
+  prepare_s = time.perf_counter() - start
+  if table == "random":
+    prep = prep._replace(neighbors=random_table(
+        num_tools, neighbors.width_for(k_pool, num_tools), seed))
+  return prep, prepare_s
+
+
+def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int = 15,
+            k_pool: int = 20, max_size: int = 5, method: str | None = None,
+            ranking: str | None = None, repeats: int = 5, seed: int = 0,
+            table: Literal["build", "random"] = "build", prepared=None, log=None) -> dict:
+  """Time predict_prepared and the dense pass (see the module docstring); a JSON-able dict.
+  ``prepared``: (PreparedModel, prepare_s) of :func:`prepared_library`, to reuse one library."""
+  import jax
+
+  from hyset_jax import choices, enumeration, inference
+  method = method or choices.DEFAULT_METHOD
+  ranking = ranking or inference.DEFAULT_RANKING
+  enumeration.validate_sizes(k_pool, max_size, k1=k1, num_tools=num_tools)
+  log = log or (lambda msg: None)
+  prep, prepare_s = prepared or prepared_library(num_tools, dim, k_pool=k_pool,
+                                                 max_size=max_size, seed=seed, table=table)
+  log(f"prepared N={num_tools} d={dim} in {prepare_s:.1f} s (table: {table})")
+  rng = np.random.default_rng(seed + 1)
+  q = rng.standard_normal((batch, dim), dtype=np.float32)
+  q = jax.device_put(q / np.linalg.norm(q, axis=1, keepdims=True))
+  kw = dict(k1=k1, k_pool=k_pool, max_size=max_size, method=method, ranking=ranking)
+  start = time.perf_counter()
+  compiled = inference.predict_prepared.lower(prep, q, **kw).compile()
+  compile_s = time.perf_counter() - start
+  dense = jax.jit(lambda w, x: jax.lax.top_k(x @ w, k_pool)).lower(prep.logit_weights, q).compile()
+  # Interleave the two so a change in machine load hits both alike.
+  t_hyset, t_dense = [], []
+  for _ in range(repeats):
+    t_hyset += _time(lambda: jax.block_until_ready(compiled(prep, q)), 1)
+    t_dense += _time(lambda: jax.block_until_ready(dense(prep.logit_weights, q)), 1)
+  ms = 1e3 * statistics.median(t_hyset) / batch
+  dense_ms = 1e3 * statistics.median(t_dense) / batch
+  return {"kind": "encoder excluded", "num_tools": num_tools, "dim": dim, "batch": batch,
+          "k1": k1, "k_pool": k_pool, "max_size": max_size, "method": method,
+          "ranking": ranking, "seed": seed, "repeats": repeats, "table": table,
+          "ms_per_query": ms, "dense_ms_per_query": dense_ms, "ratio_to_dense": ms / dense_ms,
+          "queries_per_s": 1e3 / ms, "times_s": t_hyset, "dense_times_s": t_dense,
+          "compile_s": compile_s, "prepare_s": prepare_s}

@@ -1,0 +1,236 @@
+"""The fast inference paths against the reference paths: neighbour-table expansion, prepared
+model, best-only stage 2, and the tool-ranking methods (hand-checked and brute force)."""
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hyset_jax import choices, enumeration, inference, neighbors
+from hyset_jax.benchmarking import workload
+from hyset_jax.scoring import HysetParams
+
+import reference_impl as ref
+
+
+def make_params(rng, n, d, max_size, scale=0.5, d_r=None):
+  d_r = d_r or d
+  z = rng.normal(size=(n, d))
+  z /= np.linalg.norm(z, axis=1, keepdims=True)
+  p = rng.normal(size=(d_r, d))
+  ms = rng.normal(size=(max_size - 1, d, d)) * scale
+  ms = (ms + ms.transpose(0, 2, 1)) / 2
+  return as_params(z, p, ms)
+
+
+def as_params(z, p, ms):
+  return HysetParams(tool_embeddings=jnp.asarray(z, jnp.float32),
+                     projection=jnp.asarray(p, jnp.float32),
+                     interactions=jnp.asarray(ms, jnp.float32))
+
+
+def trained_like(rng, n, d, max_size):
+  """Clustered tools with exact duplicates and a low-rank M, as trained models have: many
+  equal and near-equal g values, and ties at the table's row boundaries."""
+  centres = rng.normal(size=(n // 6, d))
+  z = centres[rng.integers(0, len(centres), n)] + 0.05 * rng.normal(size=(n, d))
+  z[1::7] = z[0::7][:len(z[1::7])]                  # exact duplicates
+  z /= np.linalg.norm(z, axis=1, keepdims=True)
+  u = rng.normal(size=(max_size - 1, d, 2))
+  ms = np.einsum("mdr,mer->mde", u, u) * 0.3
+  return as_params(z, np.eye(d), ms)
+
+
+def assert_same_prediction(a, b):
+  np.testing.assert_array_equal(np.asarray(a.shortlist), np.asarray(b.shortlist))
+  np.testing.assert_array_equal(np.asarray(a.set_tools), np.asarray(b.set_tools))
+  np.testing.assert_array_equal(np.asarray(a.set_size), np.asarray(b.set_size))
+  np.testing.assert_allclose(np.asarray(a.set_score), np.asarray(b.set_score), atol=1e-5)
+  np.testing.assert_array_equal(np.asarray(a.ranking), np.asarray(b.ranking))
+
+
+def expansion(params, r, k1, k_pool, max_size, table):
+  prep = inference.prepare(params, max_size=max_size, k_pool=k_pool, neighbor_table=False)
+  prep = prep._replace(neighbors=table)
+  return inference.shortlist_prepared(prep, r, k1, k_pool)
+
+
+@pytest.mark.parametrize("kind", ["random", "trained-like"])
+def test_neighbor_expansion_equals_the_full_scan(kind):
+  rng = np.random.default_rng(0)
+  params = (make_params(rng, 300, 12, 3) if kind == "random" else trained_like(rng, 300, 12, 3))
+  r = jnp.asarray(rng.normal(size=(40, 12)), jnp.float32)
+  k1, k_pool = 6, 10
+  full = inference.shortlist(params, r, k1, k_pool, 3)
+  prep = inference.prepare(params, max_size=3, k_pool=k_pool)
+  assert prep.neighbors.ids.shape == (300, k_pool)
+  fast = inference.shortlist_prepared(prep, r, k1, k_pool)
+  np.testing.assert_array_equal(np.asarray(fast.tools), np.asarray(full.tools))
+  np.testing.assert_allclose(np.asarray(fast.logits), np.asarray(full.logits), atol=1e-5)
+  # The table answered (no fallback) for most queries of a random model.
+  logits = r @ prep.logit_weights
+  s0 = jnp.argsort(-logits, axis=1)[:, :k1].astype(jnp.int32)
+  exp = neighbors.expand(prep.neighbors, logits, s0, k_pool - k1)
+  if kind == "random":
+    assert not np.any(np.asarray(exp.tie))
+
+
+def test_every_g_ties_when_m_is_zero_and_the_order_falls_back_to_logits():
+  rng = np.random.default_rng(1)
+  params = make_params(rng, 80, 8, 3)._replace(interactions=jnp.zeros((2, 8, 8)))
+  r = jnp.asarray(rng.normal(size=(5, 8)), jnp.float32)
+  prep = inference.prepare(params, max_size=3, k_pool=10)
+  logits = np.asarray(r @ prep.logit_weights)
+  s0 = jnp.asarray(np.argsort(-logits, axis=1)[:, :4], jnp.int32)
+  assert np.all(np.asarray(neighbors.expand(prep.neighbors, jnp.asarray(logits), s0, 6).tie))
+  fast = inference.shortlist_prepared(prep, r, 4, 10)
+  np.testing.assert_array_equal(np.asarray(fast.tools),
+                                np.argsort(-logits, axis=1, kind="stable")[:, :10])
+
+
+def test_a_tie_at_the_row_boundary_is_detected_and_scanned():
+  """Tool 0 is S0's only member; tools 1..N-1 all tie in g. The table's row holds W of them and
+  misses the one of largest ℓ; the expansion must still pick by ℓ."""
+  n, d = 30, 4
+  z = np.zeros((n, d), np.float32)
+  z[0] = [1, 0, 0, 0]
+  z[1:] = [0.6, 0.8, 0, 0]                          # equal z_0ᵀ M z_t for every t ≥ 1
+  z[1:, 2] = np.linspace(-0.1, 0.1, n - 1)         # distinct ℓ along axis 2
+  z /= np.linalg.norm(z, axis=1, keepdims=True)
+  # Row 0's g ties exactly only if the varying axis does not enter M: M acts on axes 0-1.
+  m = np.zeros((1, d, d), np.float32)
+  m[0, 0, 1] = m[0, 1, 0] = 1.0
+  z[1:, :2] = [0.6, 0.8]
+  params = as_params(z, np.eye(d), m)
+  r = jnp.asarray([[5.0, 0, 1.0, 0]], jnp.float32)   # tool 0 first by ℓ, then by axis 2
+  full = inference.shortlist(params, r, 1, 4, 2)
+  table = inference.prepare(params, max_size=2, k_pool=4).neighbors
+  fast = expansion(params, r, 1, 4, 2, table)
+  np.testing.assert_array_equal(np.asarray(fast.tools), np.asarray(full.tools))
+  assert int(full.tools[0, 1]) == n - 1              # largest ℓ among the tied tools
+
+
+@pytest.mark.parametrize("method,ranking",
+                         [(m, "greedy") for m in choices.ENUMERATION_METHODS]
+                         + [("gather", r) for r in choices.RANKINGS if r != "greedy"])
+def test_prepared_predict_equals_the_reference_path(method, ranking):
+  rng = np.random.default_rng(2)
+  params = make_params(rng, 120, 10, 4, scale=0.3, d_r=7)
+  r = rng.normal(size=(70, 7)).astype(np.float32)      # 70 = one full chunk + a remainder
+  kw = dict(k1=5, k_pool=10, max_size=4, method=method, ranking=ranking)
+  want = inference.predict(params, r, **kw)
+  got = inference.predict_prepared(inference.prepare(params, max_size=4, k_pool=10), r, **kw)
+  assert_same_prediction(got, want)
+  if method == "gather":
+    batched = inference.predict_batched(params, r, batch_size=32, **kw)
+    assert_same_prediction(batched, want)
+
+
+@pytest.mark.parametrize("k_pool,max_size,batch", [(8, 3, 5), (20, 5, 130), (10, 4, 64)])
+def test_best_subset_is_the_argmax_of_every_score(k_pool, max_size, batch):
+  w = workload.make_workload(k_pool, max_size, batch, seed=4)
+  table = enumeration.subset_table(k_pool, max_size)
+  # Exact ties between sizes and within a size: duplicated logits and zero pair scores.
+  logits = w.logits.copy()
+  logits[::3, 1] = logits[::3, 0]
+  pairs = w.pairs.copy()
+  pairs[::4] = 0.0
+  for method in choices.ENUMERATION_METHODS:
+    want = enumeration.best_sets(enumeration.score_subsets(logits, pairs, table, method), table)
+    got = enumeration.best_subset(logits, pairs, table, method)
+    for a, b in zip(got, want):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_rankings_on_a_hand_checkable_case():
+  """Three tools, M = 2. ℓ = (3, 2, 1); a strong pair bonus for {1, 2} makes Ê = {1, 2}."""
+  logits = jnp.asarray([[3.0, 2.0, 1.0]])
+  g = np.zeros((1, 1, 3, 3), np.float32)
+  g[0, 0, 1, 2] = g[0, 0, 2, 1] = 5.0
+  pairs = jnp.asarray(g)
+  table = enumeration.subset_table(3, 2)
+  best = enumeration.best_subset(logits, pairs, table)
+  pos = jnp.sort(jnp.where(best.mask[:, 0], best.positions[:, 0], 3), axis=1)
+  assert np.asarray(pos).tolist() == [[1, 2]]
+  rank = {name: np.asarray(inference.rank_tools(logits, pairs, pos, name, 2)).tolist()
+          for name in choices.RANKINGS}
+  assert rank["logit"] == [[0, 1, 2]]
+  assert rank["set-first"] == [[1, 2, 0]]             # Ê by ℓ, then the rest
+  # Greedy: the best singleton (tool 0, ℓ = 3), then the best pair containing it — {0, 2}:
+  # the softmax average of (3, 1) is 2.76, of (3, 2) 2.73 — then the rest.
+  assert rank["greedy"] == [[0, 2, 1]]
+  with pytest.raises(Exception, match="unknown ranking"):
+    inference.rank_tools(logits, pairs, pos, "magic", 2)
+
+
+@pytest.mark.parametrize("ranking", list(choices.RANKINGS))
+def test_rankings_match_brute_force(ranking):
+  rng = np.random.default_rng(5)
+  n, d, k1, k_pool, m = 30, 6, 4, 8, 3
+  params = make_params(rng, n, d, m, scale=0.8)
+  r = rng.normal(size=(3, d))
+  pred = inference.predict_batched(params, r.astype(np.float32), k1=k1, k_pool=k_pool,
+                                   max_size=m, ranking=ranking)
+  z, p, ms = (np.asarray(a, np.float64) for a in (params.tool_embeddings, params.projection,
+                                                   params.interactions))
+  for q in range(3):
+    shortlist, best, _, greedy = ref.two_stage(r[q], z, p, ms, k1, k_pool, m)
+    ell = z @ (r[q] @ p)
+    by_ell = lambda ts: sorted(ts, key=lambda t: -ell[t])
+    if ranking == "logit":
+      want = shortlist
+    elif ranking == "set-first":
+      want = by_ell(best) + by_ell([t for t in shortlist if t not in best])
+    else:
+      want = greedy + by_ell([t for t in shortlist if t not in greedy])
+    assert list(pred.ranking[q]) == want
+    assert tuple(sorted(t for t in pred.set_tools[q] if t >= 0)) == best
+
+
+def test_neighbor_table_cache_is_keyed_and_rebuilt_when_bad(tmp_path):
+  rng = np.random.default_rng(6)
+  params = make_params(rng, 50, 6, 3)
+  prep = inference.prepare(params, max_size=3, k_pool=8, cache_dir=tmp_path)
+  files = list(tmp_path.glob("neighbors-*.npz"))
+  assert len(files) == 1
+  again = inference.prepare(params, max_size=3, k_pool=8, cache_dir=tmp_path)
+  np.testing.assert_array_equal(np.asarray(again.neighbors.ids), np.asarray(prep.neighbors.ids))
+  files[0].write_bytes(b"not an npz")
+  rebuilt = inference.prepare(params, max_size=3, k_pool=8, cache_dir=tmp_path)
+  np.testing.assert_array_equal(np.asarray(rebuilt.neighbors.ids), np.asarray(prep.neighbors.ids))
+  other = params._replace(interactions=params.interactions * 2)
+  inference.prepare(other, max_size=3, k_pool=8, cache_dir=tmp_path)
+  assert len(list(tmp_path.glob("neighbors-*.npz"))) == 2
+  # The table matches a direct top-W of z_iᵀ M z_t without self.
+  s = np.array(params.tool_embeddings @ params.interactions[1] @ params.tool_embeddings.T)
+  np.fill_diagonal(s, -np.inf)
+  np.testing.assert_allclose(np.asarray(prep.neighbors.scores), -np.sort(-s, axis=1)[:, :8],
+                             atol=1e-5)
+
+
+def test_small_library_rows_hold_every_other_tool():
+  rng = np.random.default_rng(7)
+  params = make_params(rng, 12, 5, 3)
+  r = jnp.asarray(rng.normal(size=(4, 5)), jnp.float32)
+  prep = inference.prepare(params, max_size=3, k_pool=12)
+  assert prep.neighbors.ids.shape == (12, 11)
+  np.testing.assert_array_equal(np.asarray(inference.shortlist_prepared(prep, r, 5, 12).tools),
+                                np.asarray(inference.shortlist(params, r, 5, 12, 3).tools))
+
+
+@pytest.mark.parametrize("conditioned", [False, True])
+def test_prepared_path_with_query_tower_and_conditioned_term(conditioned):
+  """The tower runs before P Zᵀ; a conditioned set term makes G_m per query: still the same
+  predictions as the reference path."""
+  from hyset_jax.scoring import QueryInteraction, QueryTower
+  rng = np.random.default_rng(8)
+  n, d, m, depth, hidden, rank = 60, 6, 3, 2, 5, 3
+  f = lambda *shape: jnp.asarray(rng.normal(size=shape) * 0.3, jnp.float32)  # noqa: E731
+  params = make_params(rng, n, d, m)._replace(
+      tower=QueryTower(w_in=f(depth, d, hidden), b_in=f(depth, hidden),
+                       w_out=f(depth, hidden, d), b_out=f(depth, d)))
+  if conditioned:
+    params = params._replace(conditioned=QueryInteraction(
+        u=f(m - 1, d, rank), w=f(m - 1, d, rank), v=f(m - 1, d), b=f(m - 1)))
+  r = rng.normal(size=(9, d)).astype(np.float32)
+  kw = dict(k1=5, k_pool=10, max_size=m)
+  want = inference.predict(params, r, **kw)
+  assert_same_prediction(inference.predict_batched(params, r, neighbor_table=True, **kw), want)
