@@ -22,8 +22,8 @@ import argparse
 import socket
 import sys
 
+from hyset_jax import choices
 from hyset_jax.commands import int_at_least
-from hyset_jax.commands.predict import METHODS
 from hyset_jax.errors import UserError
 
 
@@ -46,8 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                  help="largest request body (default 1 MiB; larger gets 413)")
   p.add_argument("--max-queries", type=int_at_least(1), default=256,
                  help="most queries in one request (default 256)")
-  p.add_argument("--method", choices=METHODS, default="gather",
-                 help="subset-enumeration implementation (default gather)")
+  p.add_argument("--method", choices=choices.ENUMERATION_METHODS,
+                 default=choices.DEFAULT_METHOD, help="subset-enumeration implementation")
   p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                  help="start without compiling every batch size first (faster start, slower "
                       "first requests)")
