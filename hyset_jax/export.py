@@ -17,6 +17,8 @@ over a non-empty one unless ``force``:
   ranking) and ``predict`` (both) — each as ``<name>.jax_exported`` (``Exported.serialize()``),
   described by ``signature.json``. Loading needs only ``jax`` (``jax.export.deserialize``), not
   this package.
+- ``onnx``: ``stage1.onnx`` and ``stage2.onnx`` (fixed batch) for onnxruntime, with
+  ``signature.json`` — :mod:`hyset_jax.export_onnx`.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from hyset_jax import modeldir
 from hyset_jax.errors import UserError
 from hyset_jax.io_utils import atomic_dir
 
-FORMATS = ("hyset", "npz", "projector", "stablehlo")
+FORMATS = ("hyset", "npz", "projector", "stablehlo", "onnx")
 NPZ_FILE = "model.npz"
 SIGNATURE_FILE = "signature.json"
 # /2: stage2 also takes query_embeddings (the query tower and the query-conditioned set term).

@@ -6,6 +6,7 @@ Formats (see :mod:`hyset_jax.export` and docs/export.md):
   npz         model.npz: the same arrays, tool_ids and the manifest fields
   projector   TensorBoard Embedding Projector TSVs of the tool embeddings
   stablehlo   jax.export artifacts of stage 1, stage 2 and both, with signature.json
+  onnx        stage1.onnx and stage2.onnx (fixed batch, --onnx-batch) with signature.json
 
 --out is a directory; one that exists and is not empty is replaced only with --force.
 """
@@ -24,11 +25,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--workdir", required=True,
                  help="a `hyset train` workdir (its best/ model) or a hyset/1 model directory")
   p.add_argument("--out", required=True, help="output directory")
-  p.add_argument("--format", choices=("hyset", "npz", "projector", "stablehlo"), default="hyset")
+  p.add_argument("--format", choices=("hyset", "npz", "projector", "stablehlo", "onnx"),
+                 default="hyset")
   p.add_argument("--data", help="projector: data spec for tool categories and names "
                  "(default: the workdir's config.json data.spec)")
   p.add_argument("--platforms", default="cpu,cuda,tpu",
                  help="stablehlo: comma-separated platforms to lower for (default cpu,cuda,tpu)")
+  p.add_argument("--onnx-batch", type=int, default=1,
+                 help="onnx: the fixed batch size of the exported models (default 1)")
   p.add_argument("--force", action="store_true", help="replace a non-empty --out")
   p.set_defaults(func=run)
 
@@ -84,6 +88,10 @@ def run(args: argparse.Namespace) -> int:
     labels, origin = export.tool_labels(model.tool_ids, spec)
     export.write_projector(out, model, labels, force=args.force)
     what = f"Embedding Projector TSVs; categories and names {origin}"
+  elif args.format == "onnx":
+    from hyset_jax.export_onnx import write_onnx
+    write_onnx(out, model, batch=args.onnx_batch, force=args.force)
+    what = f"ONNX stage 1 and stage 2 (jax2onnx), batch {args.onnx_batch}"
   else:
     platforms = tuple(p.strip() for p in args.platforms.split(",") if p.strip())
     if not platforms:
