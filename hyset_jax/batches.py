@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyset_jax import inference, negatives
+from hyset_jax import inference, negatives, sharding
 from hyset_jax.scoring import HysetParams
 from hyset_jax.train_data import QuerySet
 
@@ -63,7 +63,7 @@ def gold_neighbors(z: jax.Array, gold: jax.Array, k: int) -> jax.Array:
   """The k nearest tools (cosine under Z) of every gold member. int[B, M] -> int32[B, M, k]."""
   sims = z[gold] @ z.T                                                 # [B, M, N]
   sims = jnp.where(jnp.arange(z.shape[0]) == gold[..., None], -jnp.inf, sims)
-  return jax.lax.top_k(sims, k)[1].astype(jnp.int32)
+  return sharding.top_k(sims, k)[1].astype(jnp.int32)  # per tools shard under a mesh
 
 
 _shortlist = jax.jit(inference.shortlist, static_argnames=("k1", "k_pool", "max_size"))

@@ -14,7 +14,7 @@ import sys
 from hyset_jax.errors import UserError
 
 # Sub-command name -> module under hyset_jax.commands.
-COMMANDS = ("predict", "encode", "data", "eval", "train", "export", "bench")
+COMMANDS = ("predict", "encode", "data", "eval", "train", "export", "bench", "serve", "tools")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -114,12 +114,26 @@ class TrainConfig:
 
 
 @dataclasses.dataclass
+class MeshConfig:
+  """The device mesh (``data``, ``tools``): batch rows split on ``data``; Z, its optimiser state
+  and the per-tool products split on ``tools`` (hyset_jax.sharding, docs/sharding.md).
+
+  -1 = the rest of the devices (at most one axis). tools = 1 is plain data parallelism.
+  """
+  data: int = -1
+  tools: int = 1
+  # Per-device memory budget in GiB for ``hyset train --dry-run`` (0 = no check).
+  memory_per_device_gb: float = 0.0
+
+
+@dataclasses.dataclass
 class Config:
   name: str = "custom"
   data: DataConfig = dataclasses.field(default_factory=DataConfig)
   model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
   train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
   rewards: RewardConfig = dataclasses.field(default_factory=RewardConfig)
+  mesh: MeshConfig = dataclasses.field(default_factory=MeshConfig)
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -168,6 +182,13 @@ def validate(config: Config) -> Config:
     raise UserError("rewards.provider=command needs rewards.command")
   if r.refresh_every < 1 or r.refresh_size < 1:
     raise UserError("rewards.refresh_every and rewards.refresh_size must be ≥ 1")
+  mesh = config.mesh
+  if any(v == 0 or v < -1 for v in (mesh.data, mesh.tools)) or mesh.data == mesh.tools == -1:
+    raise UserError(f"mesh.data and mesh.tools must be ≥ 1 or -1 (the rest of the devices, for "
+                    f"at most one of them), got {mesh.data} and {mesh.tools}")
+  if mesh.memory_per_device_gb < 0:
+    raise UserError(f"mesh.memory_per_device_gb must be ≥ 0 (0 = no check), got "
+                    f"{mesh.memory_per_device_gb}")
   return config
 
 

@@ -493,15 +493,20 @@ def score_subsets_subset_major(logits: jax.Array, pairs: jax.Array, table: Subse
   """
   _check_inputs(logits, pairs, table)
   t = _sorted_tables(logits, pairs)
+  return _subset_major(t, table, method), t.order
+
+
+def _subset_major(t: _Tables, table: SubsetTable, method: str) -> jax.Array:
+  """f32[n, Q]: the gather or colex scores written into one subset-major buffer."""
   pieces = (_colex_query_last(t, table) if method == "colex" else _gather_query_last(t, table))
   # In-place updates of one buffer: each piece is computed straight into it, where a
   # concatenation would copy every score once more.
-  out = jnp.zeros((len(table), logits.shape[0]), logits.dtype)
+  out = jnp.zeros((len(table), t.ell.shape[1]), t.ell.dtype)
   row = 0
   for piece in pieces:
     out = jax.lax.dynamic_update_slice(out, piece, (row, 0))
     row += piece.shape[0]
-  return out, t.order
+  return out
 
 
 SCORERS = {
@@ -575,13 +580,7 @@ def _best_rows_query_last(logits: jax.Array, pairs: jax.Array, table: SubsetTabl
                           method: str) -> tuple[jax.Array, jax.Array, jax.Array]:
   """(best score f32[Q], its table row int32[Q], positions int32[Q, K]) for one chunk."""
   t = _sorted_tables(logits, pairs)
-  pieces = (_colex_query_last(t, table) if method == "colex" else _gather_query_last(t, table))
-  out = jnp.zeros((len(table), logits.shape[0]), logits.dtype)
-  row = 0
-  for piece in pieces:
-    out = jax.lax.dynamic_update_slice(out, piece, (row, 0))
-    row += piece.shape[0]
-  best, rows = _first_max_subset_major(out)
+  best, rows = _first_max_subset_major(_subset_major(t, table, method))
   return best, rows, t.order
 
 
@@ -607,7 +606,8 @@ def best_subset(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
   if method not in ("gather", "colex"):
     return best_sets(SCORERS[method](logits, pairs, table), table, k=1)
   q = logits.shape[0]
-  full = q // BEST_CHUNK if q > BEST_CHUNK else 0
+  # A symbolic batch (jax.export's "q") cannot be split at trace time: one chunk of any size.
+  full = q // BEST_CHUNK if isinstance(q, int) and q > BEST_CHUNK else 0
   parts = []
   if full:
     n = full * BEST_CHUNK
@@ -615,7 +615,7 @@ def best_subset(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
                pairs[:n].reshape(full, BEST_CHUNK, *pairs.shape[1:]))
     b, r, o = jax.lax.map(lambda a: _best_rows_query_last(a[0], a[1], table, method), chunked)
     parts.append((b.reshape(n), r.reshape(n), o.reshape(n, -1)))
-  if q - full * BEST_CHUNK:
+  if not full or q - full * BEST_CHUNK:
     lo = full * BEST_CHUNK
     parts.append(_best_rows_query_last(logits[lo:], pairs[lo:], table, method))
   best, rows, order = (jnp.concatenate(x) for x in zip(*parts))

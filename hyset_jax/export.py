@@ -17,6 +17,8 @@ over a non-empty one unless ``force``:
   ranking) and ``predict`` (both) — each as ``<name>.jax_exported`` (``Exported.serialize()``),
   described by ``signature.json``. Loading needs only ``jax`` (``jax.export.deserialize``), not
   this package.
+- ``onnx``: ``stage1.onnx`` and ``stage2.onnx`` (fixed batch) for onnxruntime, with
+  ``signature.json`` — :mod:`hyset_jax.export_onnx`.
 """
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ from hyset_jax import modeldir
 from hyset_jax.errors import UserError
 from hyset_jax.io_utils import atomic_dir
 
-FORMATS = ("hyset", "npz", "projector", "stablehlo")
+FORMATS = ("hyset", "npz", "projector", "stablehlo", "onnx")
 NPZ_FILE = "model.npz"
 SIGNATURE_FILE = "signature.json"
 # /2: stage2 also takes query_embeddings (the query tower and the query-conditioned set term).
@@ -42,7 +44,7 @@ DEFAULT_PLATFORMS = ("cpu", "cuda", "tpu")
 # such a directory (io_utils.output_dir), never an unrelated one.
 MARKERS = {"hyset": (modeldir.MANIFEST_FILE, modeldir.PARAMS_FILE), "npz": (NPZ_FILE,),
            "projector": ("tensors.tsv", "projector_config.pbtxt"),
-           "stablehlo": (SIGNATURE_FILE,)}
+           "stablehlo": (SIGNATURE_FILE,), "onnx": ("stage1.onnx", "stage2.onnx")}
 
 
 # --------------------------------------------------------------------------- directories
@@ -170,9 +172,10 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
     return tuple(inference.shortlist(params, query_embeddings, k1, k_pool, max_size))
 
   def stage2_fn(query_embeddings, shortlist, shortlist_logits):
-    return inference.rerank(params, query_embeddings,
-                            inference.Shortlist(shortlist, shortlist_logits),
-                            k_pool=k_pool, max_size=max_size)
+    # A plain tuple: the artifact must load where inference.Reranked is not registered.
+    return tuple(inference.rerank(params, query_embeddings,
+                                  inference.Shortlist(shortlist, shortlist_logits),
+                                  k_pool=k_pool, max_size=max_size))
 
   def predict(query_embeddings):
     p = inference.predict(params, query_embeddings, k1=k1, k_pool=k_pool, max_size=max_size)

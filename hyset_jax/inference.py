@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyset_jax import choices, enumeration, neighbors, scoring
+from hyset_jax import choices, enumeration, neighbors, scoring, sharding
 from hyset_jax.scoring import HysetParams
 
 Ranking = choices.Ranking
@@ -64,7 +64,7 @@ def shortlist(params: HysetParams, query_emb: jax.Array, k1: int, k_pool: int,
   """
   z = params.tool_embeddings
   logits = scoring.query_logits(params, query_emb)                       # [Q, N]
-  s0 = jax.lax.top_k(logits, k1)[1]                                      # [Q, K1]
+  s0 = sharding.top_k(logits, k1)[1]              # [Q, K1]; per tools shard under a mesh
   keyed = z[s0] @ params.interactions[max_size - 2]                      # [Q, K1, d]
   extra = _expand_scan(z, keyed, logits, s0, k_pool - k1)
   tools = jnp.concatenate([s0, extra], axis=1).astype(jnp.int32)

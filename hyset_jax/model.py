@@ -87,7 +87,7 @@ def init_params(tool_embeddings, query_dim: int, max_set_size: int,
     HysetParams with Z unit rows, P = scale · I (or the random map), M_m = 0 and an
     identity tower.
   """
-  z = np.asarray(tool_embeddings, dtype=np.float32)
+  z = jnp.asarray(tool_embeddings, dtype=jnp.float32)  # jnp: traceable, for jax.eval_shape
   if z.ndim != 2 or z.shape[0] == 0:
     raise UserError(f"tool embeddings must be a non-empty [N, d] matrix, got shape {z.shape}")
   if max_set_size < 2:

@@ -1,7 +1,8 @@
 """Training HYSET (paper §2.4, Algorithm 1): ``train_and_evaluate(config, workdir)``.
 
-Data-parallel over every device: one ``jax.jit`` step over a named ``Mesh`` with the batch
-sharded on ``data`` and θ replicated (no ``pmap``; see hyset_jax.sharding). Several hosts join
+One ``jax.jit`` step over the named (``data``, ``tools``) ``Mesh`` of ``config.mesh``: the batch
+sharded on ``data``; Z and its optimiser state sharded on ``tools``, the rest of θ replicated
+(no ``pmap``; see hyset_jax.sharding). ``tools = 1`` is plain data parallelism. Several hosts join
 through ``jax.distributed``; each process builds the candidate pools of its share of the global
 batch, and pools depend only on (seed, step, global row), so results do not depend on the number
 of devices or processes. The workdir's layout is in hyset_jax.workdir.
@@ -25,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from hyset_jax import batches, checkpoints, curves, inference, losses, model, rewards, scoring
+from hyset_jax import batches, checkpoints, curves, dry_run, inference, losses, model, rewards
+from hyset_jax import scoring
 from hyset_jax import sharding
 from hyset_jax import config as config_lib
 from hyset_jax import workdir as workdir_lib
@@ -68,9 +70,12 @@ def make_optimizer(tc: config_lib.TrainConfig) -> optax.GradientTransformation:
 
 
 def train_step(state: TrainState, batch: batches.Batch, *, mc: config_lib.ModelConfig,
-               tc: config_lib.TrainConfig, optimizer: optax.GradientTransformation
-               ) -> tuple[TrainState, dict[str, jax.Array]]:
-  """One update on a global batch: ``(state, batch) -> (state, metrics)`` (shapes: Batch)."""
+               tc: config_lib.TrainConfig, optimizer: optax.GradientTransformation,
+               shard_grads=lambda g: g) -> tuple[TrainState, dict[str, jax.Array]]:
+  """One update on a global batch: ``(state, batch) -> (state, metrics)`` (shapes: Batch).
+
+  ``shard_grads`` places the gradient (make_step_fn: like θ, so Z's lives on ``tools``).
+  """
   def loss_fn(theta):
     if not mc.train_tool_embeddings:
       theta = dict(theta, z=jax.lax.stop_gradient(theta["z"]))
@@ -88,6 +93,7 @@ def train_step(state: TrainState, batch: batches.Batch, *, mc: config_lib.ModelC
     return loss, parts
 
   (_, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.theta)
+  grads = shard_grads(grads)
   updates, opt_state = optimizer.update(grads, state.opt_state, state.theta)
   theta = model.constrain(optax.apply_updates(state.theta, updates))
   parts["grad_norm"] = optax.tree.norm(grads)
@@ -95,36 +101,66 @@ def train_step(state: TrainState, batch: batches.Batch, *, mc: config_lib.ModelC
 
 
 def make_step_fn(mesh: jax.sharding.Mesh, mc: config_lib.ModelConfig,
-                 tc: config_lib.TrainConfig, optimizer: optax.GradientTransformation):
-  """:func:`train_step` jitted over ``mesh``: θ replicated, batch rows sharded on ``data``."""
+                 tc: config_lib.TrainConfig, optimizer: optax.GradientTransformation,
+                 state_shardings=None):
+  """:func:`train_step` jitted over ``mesh``: batch rows sharded on ``data``, the state (and the
+  gradient) under ``state_shardings`` (sharding.state_shardings; default: replicated)."""
   replicated, rows = sharding.replicated(mesh), sharding.batch_rows(mesh)
-  return jax.jit(functools.partial(train_step, mc=mc, tc=tc, optimizer=optimizer),
-                 in_shardings=(replicated, rows), out_shardings=(replicated, replicated),
+  state_shardings = state_shardings or replicated
+
+  def shard_grads(grads):
+    return jax.lax.with_sharding_constraint(grads, sharding.state_shardings(grads, mesh))
+  return jax.jit(functools.partial(train_step, mc=mc, tc=tc, optimizer=optimizer,
+                                   shard_grads=shard_grads),
+                 in_shardings=(state_shardings, rows), out_shardings=(state_shardings, replicated),
                  donate_argnums=(0,))
+
+
+def training_mesh(config: config_lib.Config, num_devices: int | None = None,
+                  devices=None) -> jax.sharding.Mesh:
+  """The (data, tools) mesh of ``config.mesh`` over the job's devices."""
+  return sharding.make_mesh(num_devices, config.mesh.data, config.mesh.tools, devices=devices)
+
+
+def init_state(tool_embeddings, query_dim: int, mc, tc, optimizer) -> TrainState:
+  """θ at the natural start from f32[N, d_z] tool embeddings, and its optimiser state."""
+  theta = model.init_theta(tool_embeddings, query_dim, mc, tc.seed)
+  return TrainState(theta, optimizer.init(theta))
+
+
+def abstract_state(num_tools: int, tool_dim: int, query_dim: int, mc, tc, optimizer,
+                   mesh: jax.sharding.Mesh) -> TrainState:
+  """The train state as ShapeDtypeStructs carrying their shardings (no array is allocated)."""
+  init = functools.partial(init_state, query_dim=query_dim, mc=mc, tc=tc, optimizer=optimizer)
+  shapes = jax.eval_shape(init, jax.ShapeDtypeStruct((num_tools, tool_dim), jnp.float32))
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), shapes,
+                      sharding.state_shardings(shapes, mesh))
 
 
 def create_train_state(data: TrainingData, query_dim: int, mc, tc, optimizer,
                        mesh: jax.sharding.Mesh) -> TrainState:
-  """θ at the natural start (every process from process 0's encoder output) and its optimiser."""
-  tools = sharding.from_first_process(data.tool_embeddings)
-
-  def init():
-    theta = model.init_theta(np.asarray(tools), query_dim, mc, tc.seed)
-    return TrainState(theta, optimizer.init(theta))
-
-  return jax.jit(init, out_shardings=sharding.replicated(mesh))()
+  """θ at the natural start (every process from process 0's encoder output) and its optimiser,
+  placed as :func:`abstract_state` says (Z on ``tools``)."""
+  tools = np.asarray(sharding.from_first_process(data.tool_embeddings), np.float32)
+  abstract = abstract_state(tools.shape[0], tools.shape[1], query_dim, mc, tc, optimizer, mesh)
+  # Each device receives only its rows of the encoder output (a multi-process job too).
+  z_sharding = abstract.theta["z"].sharding
+  tools = jax.make_array_from_callback(tools.shape, z_sharding, lambda idx: tools[idx])
+  init = functools.partial(init_state, query_dim=query_dim, mc=mc, tc=tc, optimizer=optimizer)
+  return jax.jit(init, in_shardings=z_sharding,
+                 out_shardings=jax.tree.map(lambda x: x.sharding, abstract))(tools)
 
 
 def restore_or_keep(mngr, state: TrainState, mesh) -> tuple[TrainState, LoopState]:
   """The newest readable checkpoint onto this run's mesh, or ``state`` at step 0."""
-  replicated = sharding.replicated(mesh)
-  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
+  shardings = jax.tree.map(lambda x: x.sharding, state)
+  abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
                           state)
   restored = checkpoints.restore_latest(mngr, abstract)
   if restored is None:
     return state, LoopState()
   log.info("resumed from step %d", restored[1]["step"])
-  return jax.device_put(restored[0], replicated), LoopState.from_json(restored[1])
+  return jax.device_put(restored[0], shardings), LoopState.from_json(restored[1])
 
 
 def validate_and_keep_best(state: TrainState, loop: LoopState, done: int, *, data: TrainingData,
@@ -132,7 +168,7 @@ def validate_and_keep_best(state: TrainState, loop: LoopState, done: int, *, dat
                            ) -> tuple[LoopState, dict[str, float]]:
   """Validation metrics at ``done`` steps; best/ and the patience count follow Recall@5."""
   mc = config.model
-  params = model.materialize(state.theta, mc)
+  params = sharding.to_host(model.materialize(state.theta, mc))  # Z may be split over hosts
   # During training "auto" validates with the paper's greedy ranking; the method is chosen once,
   # on the best model, at the end (_finish).
   vm = evaluate_split(params, data.splits[config.data.val_split], data.tool_ids, mc,
@@ -188,23 +224,33 @@ def train_and_evaluate(config: config_lib.Config, workdir: str | os.PathLike, *,
 
 def _train(config, workdir, data, num_devices, progress, stop_after) -> dict[str, Any]:
   tc, mc = config.train, config.model
-  if tc.batch_size % (num_devices or jax.device_count()):
-    raise UserError(f"train.batch_size = {tc.batch_size} must be a multiple of the device "
-                    f"count ({num_devices or jax.device_count()})")
+  mesh = training_mesh(config, num_devices)
+  data_size = sharding.axis_size(mesh, sharding.DATA_AXIS)
+  if tc.batch_size % data_size:
+    raise UserError(f"train.batch_size = {tc.batch_size} must be a multiple of the mesh's data "
+                    f"axis ({data_size} = devices / mesh.tools)")
   provider = rewards.make_provider(config.rewards.provider, config.rewards.path,
                                    config.rewards.command)
   data = data or prepare_data(config)
   workdir_lib.write_config(workdir, config)
   train = data.splits[config.data.train_split]
-  mesh = sharding.make_mesh(num_devices)
+  sharding.check_tool_rows(len(data.tool_ids), mesh)
   rows_sharding = sharding.batch_rows(mesh)
   local_rows = sharding.process_rows(rows_sharding, tc.batch_size)
   optimizer = make_optimizer(tc)
-  step_fn = make_step_fn(mesh, mc, tc, optimizer)
   mngr = checkpoints.manager(workdir)
-  state = create_train_state(data, train.embeddings.shape[1], mc, tc, optimizer, mesh)
+  query_dim = train.embeddings.shape[1]
+  state = create_train_state(data, query_dim, mc, tc, optimizer, mesh)
   state, loop = restore_or_keep(mngr, state, mesh)
-  mlog = workdir_lib.MetricsLog(workdir / workdir_lib.METRICS_FILE, loop.step)
+  # Compiled ahead of time, as --dry-run does: the same per-device numbers go to the log and
+  # to metrics.jsonl's header, and the loop calls this executable (one compilation).
+  step_fn, report = dry_run.compile_step(
+      make_step_fn(mesh, mc, tc, optimizer, jax.tree.map(lambda x: x.sharding, state)), state,
+      dry_run.abstract_batch(tc, mc, query_dim, mesh), mesh)
+  for line in report.lines():
+    log.info("%s", line)
+  mlog = workdir_lib.MetricsLog(workdir / workdir_lib.METRICS_FILE, loop.step,
+                                header={"step": -1, "memory": report.to_json()})
   bar = _progress_bar(progress, tc.num_steps, loop.step, config.name)
   evaluate = functools.partial(validate_and_keep_best, data=data, config=config, workdir=workdir)
 
@@ -221,10 +267,11 @@ def _train(config, workdir, data, num_devices, progress, stop_after) -> dict[str
     params = model.materialize(state.theta, mc)
     if provider is not None and loop.step % config.rewards.refresh_every == 0:
       loop = dataclasses.replace(loop, rewards=rewards.refresh(
-          provider, params, train, data.tool_ids, mc, tc, config.rewards.refresh_size,
-          loop.step))
-    batch = batches.make_batch(loop.step, params, train, local_rows, num_tools=len(data.tool_ids),
-                               mc=mc, tc=tc, rewards=loop.rewards)
+          provider, sharding.to_host(params), train, data.tool_ids, mc, tc,
+          config.rewards.refresh_size, loop.step))
+    with jax.set_mesh(mesh):  # hard-negative neighbours: a top-k per tools shard, then merged
+      batch = batches.make_batch(loop.step, params, train, local_rows,
+                                 num_tools=len(data.tool_ids), mc=mc, tc=tc, rewards=loop.rewards)
     batch = batches.Batch(**sharding.global_batch(batch._asdict(), rows_sharding, tc.batch_size))
     state, parts = step_fn(state, batch)
     loop = dataclasses.replace(loop, step=loop.step + 1)
@@ -268,13 +315,13 @@ def _finish(state, loop, data, config, workdir, mlog, seconds) -> dict[str, Any]
       ranking, by_ranking = choose_ranking(best.params, data.splits[config.data.val_split],
                                            data.tool_ids, mc, config.train.eval_batch_size)
       log.info("ranking %r chosen on validation (mean of %s)", ranking, ", ".join(RANK_METRICS))
+  params = sharding.to_host(model.materialize(state.theta, mc))  # on every process: a gather
   if pid == 0:
     if best is not None and best.ranking != ranking:
       modeldir.save_model_dir(workdir / "best", dataclasses.replace(best, ranking=ranking),
                               force=True)
-    workdir_lib.export_model(model.materialize(state.theta, mc), data.tool_ids,
-                             data.query_encoder, mc, workdir / "final", ranking=ranking,
-                             force=True)
+    workdir_lib.export_model(params, data.tool_ids, data.query_encoder, mc, workdir / "final",
+                             ranking=ranking, force=True)
     if by_ranking is not None:
       mlog.write({"step": loop.step, "ranking": ranking, "validation_by_ranking": by_ranking})
     if mlog.rows:

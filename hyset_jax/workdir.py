@@ -3,7 +3,8 @@
   config.json          the resolved config (a rerun with a different one is refused)
   checkpoints/<step>/  Orbax (hyset_jax.checkpoints)
   best/, final/        hyset/2 model directories
-  metrics.jsonl        one line per log/eval step (process 0)
+  metrics.jsonl        one line per log/eval step (process 0); the first line is the header
+                       {"step": -1, "memory": …}: this start's per-device memory and FLOPs
   curves.png           training loss and validation metrics (hyset_jax.curves)
   test_metrics.json    the best model on the test split
   .lock                held by the running job's process 0 (a second run on the same workdir is
@@ -65,7 +66,9 @@ def check(workdir: pathlib.Path, config: config_lib.Config) -> None:
       raise UserError(f"{saved}: expected a JSON object (a hyset config), got "
                       f"{type(previous).__name__}; use a new workdir")
     old, new = _flat(previous), _flat(json.loads(config.to_json()))
-    diff = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+    # The mesh is how the run is laid out, not what it computes: a resume may change it.
+    diff = sorted(k for k in old.keys() | new.keys()
+                  if old.get(k) != new.get(k) and not k.startswith("mesh."))
     if diff:
       raise UserError(f"workdir {workdir} holds a run with a different config (differs in: "
                       f"{', '.join(diff)}); resume with the same config or use a new workdir")
@@ -104,15 +107,27 @@ def lock(workdir: pathlib.Path) -> Iterator[None]:
 
 
 class MetricsLog:
-  """metrics.jsonl, written by process 0; on resume, lines after the restored step are dropped."""
+  """metrics.jsonl, written by process 0; on resume, lines after the restored step are dropped.
 
-  def __init__(self, path: pathlib.Path, resume_step: int):
+  A line of a step that will be run again (after the restored checkpoint) is dropped, so a
+  killed and restarted run's log equals an uninterrupted run's.
+
+  ``header`` (a row with step -1) becomes the first line, replacing an earlier start's: it
+  describes the run as laid out now (its mesh and per-device memory). ``rows`` holds the steps.
+  """
+
+  def __init__(self, path: pathlib.Path, resume_step: int, header: dict | None = None):
     self.path = path
     self.enabled = jax.process_index() == 0
-    self.rows = [r for r in self.read(path) if r["step"] <= resume_step]
+    # Steps the restored checkpoint has done; a start with nothing restored (resume_step 0)
+    # keeps none, since its step-0 validation is logged again. The end-of-run ranking choice is
+    # made again by every run that finishes, so an earlier one is dropped too.
+    self.rows = [r for r in self.read(path) if 0 <= r["step"] <= resume_step
+                 and "ranking" not in r] if resume_step > 0 else []
+    kept = ([header] if header else []) + self.rows
     if self.enabled:
       with atomic_write(path) as f:
-        f.writelines(json.dumps(r) + "\n" for r in self.rows)
+        f.writelines(json.dumps(r) + "\n" for r in kept)
 
   @staticmethod
   def read(path: pathlib.Path) -> list[dict]:

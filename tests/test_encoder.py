@@ -161,11 +161,11 @@ TINY = {"vocab_size": 30522, "hidden_size": 8, "num_hidden_layers": 1, "num_atte
         "layer_norm_eps": 1e-12, "hidden_act": "gelu", "model_type": "bert"}
 
 
-def tiny_tensors(prefix: str = "") -> dict[str, np.ndarray]:
+def tiny_tensors(prefix: str = "", config: dict = TINY, seed: int = 0) -> dict[str, np.ndarray]:
   """Random tensors with the names and (out, in) shapes of a Hugging Face BertModel."""
-  config = bert.BertConfig.from_dict(TINY)
+  config = bert.BertConfig.from_dict(config)
   model = bert.nnx.eval_shape(lambda: bert.BertModel(config, rngs=bert.nnx.Rngs(0)))  # shapes only
-  rng = np.random.default_rng(0)
+  rng = np.random.default_rng(seed)
   tensors = {}
   for name, path, transpose in bert.checkpoint_names(config):
     shape = bert._param_at(model, path).get_value().shape
@@ -174,11 +174,13 @@ def tiny_tensors(prefix: str = "") -> dict[str, np.ndarray]:
   return tensors
 
 
-def write_tiny_model(root: pathlib.Path, tensors=None, tokenizer: bool = True) -> pathlib.Path:
+def write_tiny_model(root: pathlib.Path, tensors=None, tokenizer: bool = True,
+                     config: dict = TINY, pooling: str = "cls") -> pathlib.Path:
   from safetensors.numpy import save_file
   root.mkdir(parents=True, exist_ok=True)
-  (root / "config.json").write_text(json.dumps(TINY))
-  save_file(tiny_tensors() if tensors is None else tensors, str(root / "model.safetensors"))
+  (root / "config.json").write_text(json.dumps(config))
+  save_file(tiny_tensors(config=config) if tensors is None else tensors,
+            str(root / "model.safetensors"))
   if tokenizer:
     for name in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
       shutil.copy(default_model_dir() / name, root / name)
@@ -186,7 +188,7 @@ def write_tiny_model(root: pathlib.Path, tensors=None, tokenizer: bool = True) -
       {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
       {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
   (root / "1_Pooling").mkdir(exist_ok=True)
-  (root / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "cls"}))
+  (root / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": pooling}))
   (root / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 32}))
   return root
 

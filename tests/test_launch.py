@@ -1,9 +1,14 @@
-"""launch/local.py: multi-process runs equal single-process ones; dead or missing ranks and
-Ctrl-C stop the whole job within a bounded time."""
+"""launch/: multi-process runs equal single-process ones (also with Z sharded over ``tools``);
+dead or missing ranks and Ctrl-C stop the whole job within a bounded time; the SLURM, Kubernetes
+and TPU VM templates run here by simulation (stand-in srun / gcloud, local processes)."""
 import importlib.util
+import json
 import os
 import pathlib
+import random
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import time
@@ -100,8 +105,8 @@ def test_two_processes_equal_one_process_and_resume(tmp_path):
     for k in a:
       np.testing.assert_allclose(a[k], b[k], atol=1e-5, err_msg=f"{name}/{k}")
   # Process 0 alone wrote the logs and exports; both ranks logged to their own files.
-  rows = (multi / "metrics.jsonl").read_text().splitlines()
-  assert [int(r.split('"step": ')[1].split(",")[0]) for r in rows] == [0, 2, 4, 6, 8]
+  rows = [json.loads(r) for r in (multi / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in rows] == [-1, 0, 2, 4, 6, 8]  # the header, then the steps
   assert "interrupted_at" in (tmp_path / "logs1" / "rank1.log").read_text()
 
 
@@ -182,3 +187,176 @@ def test_cluster_templates_parse():
   assert int(env["JAX_NUM_PROCESSES"]) == spec["parallelism"]
   assert int(port) == pod["containers"][0]["ports"][0]["containerPort"]
   assert 'JAX_PROCESS_ID="$JOB_COMPLETION_INDEX"' in pod["containers"][0]["args"][0]
+
+
+def test_two_processes_of_four_devices_with_z_sharded_equal_one_device(tmp_path):
+  """2 processes x 4 devices on mesh (data=2, tools=4) — Z split over each process's devices,
+  gathered across hosts for evaluation and export — equal one process on one device."""
+  single = subprocess.Popen(
+      [sys.executable, str(SCRIPT), str(tmp_path / "one"), "8"], cwd=REPO, text=True,
+      env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=1"),
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  multi = tmp_path / "two"
+  proc = launch(["-n", "2", "--devices-per-process", "4", "--timeout", "240", "--", "python",
+                 str(SCRIPT), str(multi), "8", "--set", "mesh.tools=4"], tmp_path / "logs",
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  out = proc.communicate(timeout=300)[0]
+  assert proc.returncode == 0, out
+  assert '"processes": 2, "devices": 8' in out and '"steps": 8' in out
+  out1 = single.communicate(timeout=300)[0]
+  assert single.returncode == 0, out1
+  for name in ("final", "best"):
+    a, b = read_params(tmp_path / "one" / name), read_params(multi / name)
+    for k in a:
+      np.testing.assert_allclose(a[k], b[k], atol=1e-5, err_msg=f"{name}/{k}")
+  header = json.loads((multi / "metrics.jsonl").read_text().splitlines()[0])
+  assert header["memory"]["mesh"] == {"data": 2, "tools": 4}
+
+
+# ------------------------------------------------------------------ cluster templates, simulated
+
+def _executable(path, text):
+  path.write_text(text)
+  path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+def stand_in_bin(tmp_path):
+  """A bin/ folder with the commands the templates call, standing in for a cluster's:
+
+  - ``hyset``: tests/distributed_train_script.py, which takes ``hyset train``'s arguments and
+    trains the synthetic 8-step config (the templates' own --config/--data are ignored);
+  - ``srun``: runs its command as $SLURM_NTASKS local tasks with the variables srun sets per
+    task, and fails as a whole when one task fails (--kill-on-bad-exit);
+  - ``gcloud``: records its arguments; ``ssh --command`` of a ``--dry-run`` is run here.
+  """
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  _executable(bin_dir / "hyset", f'#!/bin/sh\nexec "{sys.executable}" "{SCRIPT}" "$@"\n')
+  _executable(bin_dir / "srun", """#!/bin/bash
+while [[ "${1:-}" == --* ]]; do shift; done   # srun's own options
+pids=()
+for ((i = 0; i < SLURM_NTASKS; i++)); do
+  SLURM_PROCID=$i SLURM_LOCALID=$i SLURM_STEP_NODELIST=$SLURM_JOB_NODELIST SLURM_STEPID=0 \
+    SLURM_STEP_NUM_NODES=1 SLURM_STEP_NUM_TASKS=$SLURM_NTASKS "$@" > "$SRUN_LOGDIR/task$i.log" 2>&1 &
+  pids+=($!)
+done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || { rc=$?; kill "${pids[@]}" 2>/dev/null; }; done
+exit $rc
+""")
+  _executable(bin_dir / "gcloud", """#!/bin/bash
+printf '%s\n' "$*" >> "$GCLOUD_LOG"
+for a in "$@"; do
+  case $a in
+    --command=*--dry-run*) cmd=${a#--command=}; exec bash -c "${cmd//HYSET_DISTRIBUTED=auto/}";;
+  esac
+done
+""")
+  return bin_dir
+
+
+def _slurm_job_id():
+  """A job id whose SLURM-derived coordinator port (JAX: 61440 + id % 4096) is free now."""
+  for _ in range(100):
+    job = random.randrange(1, 10 ** 6)
+    with socket.socket() as s:
+      try:
+        s.bind(("127.0.0.1", job % 4096 + 61440))
+        return job
+      except OSError:
+        continue
+  raise AssertionError("no free port in JAX's SLURM range")
+
+
+def _run_k8s(tmp_path, bin_dir):
+  """The Indexed Job's pods as local processes: the manifest's command, args and env; pod i gets
+  JOB_COMPLETION_INDEX=i. Kubernetes' parts are simulated: the headless service's DNS name of
+  pod 0 becomes 127.0.0.1 (a free port), the volumes are folders under tmp_path."""
+  import yaml
+  _, job = yaml.safe_load_all((REPO / "launch" / "k8s_indexed_job.yaml").read_text())
+  pod = job["spec"]["template"]["spec"]
+  container = pod["containers"][0]
+  env = _env(PATH=f"{bin_dir}:{os.environ['PATH']}",
+             XLA_FLAGS="--xla_force_host_platform_device_count=1")
+  env.update({e["name"]: str(e["value"]) for e in container["env"]})
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  env["JAX_COORDINATOR_ADDRESS"] = f"127.0.0.1:{port}"
+  mounts = {m["mountPath"]: tmp_path / "k8s" / m["name"] for m in container["volumeMounts"]}
+  args = [a for a in container["args"]]
+  for mount, local in mounts.items():
+    local.mkdir(parents=True, exist_ok=True)
+    args = [a.replace(f"{mount}/", f"{local}/") for a in args]
+  pods = [subprocess.Popen(container["command"] + args, cwd=REPO, text=True,
+                           env=dict(env, JOB_COMPLETION_INDEX=str(i)),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+          for i in range(job["spec"]["parallelism"])]
+  outs = [p.communicate(timeout=300)[0] for p in pods]
+  for p, out in zip(pods, outs):
+    assert p.returncode == 0, out
+  workdir = next(a for a in args[0].split() if a.startswith(str(mounts["/runs"])))
+  return pathlib.Path(workdir), outs
+
+
+def test_slurm_and_kubernetes_templates_train_like_the_local_launcher(tmp_path):
+  """slurm.sbatch under a stand-in srun (2 tasks, JAX's own SLURM detection through
+  HYSET_DISTRIBUTED=auto) and the Indexed Job's pods give launch/local.py -n 2's parameters."""
+  bin_dir = stand_in_bin(tmp_path)
+  ref = launch(["-n", "2", "--timeout", "240", "--", "python", str(SCRIPT), "train",
+                "--workdir", str(tmp_path / "local")], tmp_path / "logs",
+               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  out = ref.communicate(timeout=300)[0]
+  assert ref.returncode == 0, out
+
+  (tmp_path / "srun").mkdir()
+  slurm = subprocess.run(
+      ["bash", str(REPO / "launch" / "slurm.sbatch")], cwd=tmp_path, text=True, timeout=300,
+      capture_output=True,
+      env=_env(PATH=f"{bin_dir}:{os.environ['PATH']}", SLURM_JOB_ID=str(_slurm_job_id()),
+               SLURM_JOB_NAME="hyset-train", SLURM_NTASKS="2", SLURM_JOB_NODELIST="localhost",
+               SLURM_SUBMIT_DIR=str(REPO), SRUN_LOGDIR=str(tmp_path / "srun"),
+               WORKDIR=str(tmp_path / "slurm"), HYSET="hyset", CONFIG="tiny",
+               XLA_FLAGS="--xla_force_host_platform_device_count=1"))
+  logs = "\n".join(p.read_text() for p in sorted((tmp_path / "srun").iterdir()))
+  assert slurm.returncode == 0, slurm.stderr + logs
+  assert '"process": 1, "processes": 2' in logs  # JAX found both tasks from SLURM_* alone
+
+  k8s_workdir, outs = _run_k8s(tmp_path, bin_dir)
+  assert '"process": 1, "processes": 2' in "".join(outs)
+
+  for workdir in (tmp_path / "slurm", k8s_workdir):
+    for name in ("final", "best"):
+      a, b = read_params(tmp_path / "local" / name), read_params(workdir / name)
+      for k in a:
+        np.testing.assert_allclose(a[k], b[k], atol=1e-5, err_msg=f"{workdir} {name}/{k}")
+
+
+def test_tpu_vm_script_dry_run(tmp_path):
+  """tpu_vm.sh against a stand-in gcloud: the commands it sends, and its dry-run command run
+  here (one worker, CPU devices) compiling the step and printing the per-device memory."""
+  bin_dir = stand_in_bin(tmp_path)
+  log = tmp_path / "gcloud.log"
+  env = _env(PATH=f"{bin_dir}:{os.environ['PATH']}", TPU_NAME="my-tpu", ZONE="us-west4-a",
+             GCLOUD_LOG=str(log), REMOTE_DIR=str(REPO), CONFIG="tiny",
+             HYSET=f"{sys.executable} -m hyset_jax.cli")
+  env.pop("XLA_FLAGS", None)
+  # Over budget: the report is printed, then exit 2 names what does not fit.
+  out = subprocess.run(["bash", str(REPO / "launch" / "tpu_vm.sh"), "dry-run", "--devices", "4",
+                        "--num-tools", "4000", "--set", "mesh.tools=4", "--set",
+                        "mesh.memory_per_device_gb=0.001"], env=env, cwd=REPO,
+                       capture_output=True, text=True, timeout=300)
+  assert out.returncode == 2, out.stderr
+  assert "mesh: data=1 x tools=4 = 4 cpu device(s)" in out.stdout
+  assert "parameters" in out.stdout and "FLOPs per step" in out.stdout
+  assert "more than mesh.memory_per_device_gb=0.001" in out.stderr
+  subprocess.run(["bash", str(REPO / "launch" / "tpu_vm.sh"), "train", "--set", "mesh.tools=4"],
+                 env=dict(env, WORKDIR="/mnt/runs/x"), cwd=REPO, check=True, timeout=60)
+  calls = log.read_text().splitlines()
+  assert calls[0].startswith("compute tpus tpu-vm ssh my-tpu --zone=us-west4-a --worker=all")
+  train_call = " ".join(calls[-1].split())
+  assert "--worker=all" in train_call and "HYSET_DISTRIBUTED=auto" in train_call
+  assert "train --config tiny --workdir /mnt/runs/x --no-progress --set mesh.tools=4" in train_call
+  bad = subprocess.run(["bash", str(REPO / "launch" / "tpu_vm.sh"), "nonsense"], env=env,
+                       capture_output=True, text=True)
+  assert bad.returncode == 2 and "usage" in bad.stderr

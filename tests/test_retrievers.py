@@ -60,8 +60,10 @@ def no_cache(monkeypatch):
     x = np.asarray(encoder.encode(list(texts)), np.float32)
     return x / np.linalg.norm(x, axis=1, keepdims=True)
   monkeypatch.setattr(dense_mod, "embed", embed)
+  from hyset_jax.retrievers import heads, set_classifier
   from hyset_jax.retrievers import hyset as hyset_mod
-  monkeypatch.setattr(hyset_mod, "embed", embed)
+  for module in (hyset_mod, heads, set_classifier):
+    monkeypatch.setattr(module, "embed", embed)
 
 
 def test_retrievers_satisfy_the_protocol(no_cache):

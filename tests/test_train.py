@@ -119,8 +119,11 @@ def test_interrupted_run_resumes_to_the_same_parameters(tmp_path):
   for k in a:
     np.testing.assert_allclose(a[k], b[k], atol=1e-6, err_msg=k)
   rows = [json.loads(line) for line in (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()]
-  assert [r["step"] for r in rows if "ranking" not in r] == [0, 2, 4, 6, 8, 10, 12]
-  assert rows[-1]["ranking"] in ("greedy", "logit", "set-first")  # chosen at the end
+  # One header (this start's per-device memory; docs/sharding.md), then the steps once each,
+  # then the ranking chosen at the end.
+  assert [r["step"] for r in rows if "ranking" not in r] == [-1, 0, 2, 4, 6, 8, 10, 12]
+  assert rows[0]["memory"]["parameters"] > 0
+  assert rows[-1]["ranking"] in ("greedy", "logit", "set-first")
   # A different config on the same workdir is refused, not silently mixed.
   other = small_config(learning_rate=0.5)
   with pytest.raises(UserError, match="different config.*learning_rate"):

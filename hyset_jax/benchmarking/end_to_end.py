@@ -36,12 +36,15 @@ def random_params(num_tools: int, dim: int, max_size: int, seed: int = 0):
 
 
 def random_table(num_tools: int, width: int, seed: int = 0):
-  """A neighbour table of random rows (distinct tools, descending scores) for timing only."""
+  """A neighbour table of random rows for timing only: per row W distinct tools other than
+  the row's own (strictly increasing offsets below N), descending scores — so, like a real
+  table, a row holds no duplicates and no boundary tie sends a batch to the full scan."""
   import jax
 
   from hyset_jax.neighbors import NeighborTable
   rng = np.random.default_rng(seed)
-  ids = rng.integers(0, num_tools, (num_tools, width), dtype=np.int32)
+  steps = rng.integers(1, max(2, num_tools // width), (num_tools, width))
+  ids = ((np.arange(num_tools)[:, None] + np.cumsum(steps, axis=1)) % num_tools).astype(np.int32)
   scores = -np.sort(-rng.random((num_tools, width), dtype=np.float32), axis=1) - 1.0
   return NeighborTable(*jax.device_put((ids, scores)))
 

@@ -1,7 +1,9 @@
 """``hyset eval``: score one retrieval method on one split of a data set.
 
-    hyset eval --data SPEC --split NAME --method bm25|dense|fusion|hyset \
-        [--model DIR] [--encoder DIR] [--limit N] --out metrics.json [--force]
+    hyset eval --data SPEC --split NAME --method METHOD [--model DIR] [--encoder DIR] \
+        [--seed N] [--limit N] --out metrics.json [--force]
+
+METHOD: bm25, dense, fusion, hyset, linear-head, mlp-head or set-classifier.
 
 Writes the metrics of docs/contracts.md (``hyset_jax.metrics.evaluate``) as JSON
 and prints a one-line summary. ``--method hyset`` without ``--model`` scores the
@@ -10,6 +12,9 @@ ranks exactly like ``dense``: the baseline any training must beat. ``--model``
 takes a model directory or a ``hyset train`` workdir (its best/ model).
 ``--split validation`` on a data set without one scores the validation split
 training carves out of train (same query-id hash, ``--validation-fraction``).
+The trained baselines
+(``linear-head``, ``mlp-head``, ``set-classifier``: hyset_jax.retrievers.trained) are first fit
+on the data set's train split (less the validation carve HYSET training makes), with --seed.
 """
 from __future__ import annotations
 
@@ -24,7 +29,10 @@ from hyset_jax.commands import float_in_open_unit, int_at_least
 from hyset_jax.data.types import ToolLibrary
 from hyset_jax.errors import UserError
 
-METHODS = ("bm25", "dense", "fusion", "hyset")
+# hyset_jax.retrievers.trained.TRAINED_METHODS, spelled out: importing the retrievers
+# package (bm25s, ~2 s) would slow every `hyset` invocation that only builds the parser.
+TRAINED_METHODS = ("linear-head", "mlp-head", "set-classifier")
+METHODS = ("bm25", "dense", "fusion", "hyset", *TRAINED_METHODS)
 
 # Rankings are read to the deepest reported cut-off (COMP@5, NDCG@5).
 EVAL_DEPTH = 5
@@ -49,6 +57,8 @@ def add_parser(subparsers: Any) -> None:
   p.add_argument("--encoder", metavar="DIR",
                  help="frozen encoder checkpoint directory (default: all-MiniLM-L6-v2; "
                       "with --model, the query_encoder its manifest names)")
+  p.add_argument("--seed", type=int, default=0,
+                 help="seed of a trained baseline (linear-head, mlp-head, set-classifier)")
   p.add_argument("--limit", type=int_at_least(1), metavar="N",
                  help="score only the first N queries of the split (default: all)")
   from hyset_jax import choices
@@ -67,6 +77,9 @@ def _check_args(args: argparse.Namespace) -> None:
     raise UserError(f"--ranking is only used with --method hyset, not --method {args.method}")
   if args.encoder is not None and args.method == "bm25":
     raise UserError("--encoder is not used by --method bm25 (it has no encoder)")
+  if args.method in TRAINED_METHODS and args.split == "train":
+    raise UserError(f"--method {args.method} is fit on the train split; score it on another "
+                    f"split (e.g. test)")
 
 
 def validation_fraction(explicit: float | None, model: str | None) -> float | None:
@@ -115,9 +128,14 @@ def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary
 
 
 def build_retriever(method: str, tools: ToolLibrary, *, model: str | None = None,
-                    encoder_dir: str | None = None, ranking: str | None = None) -> Any:
-  """The retriever ``--method`` names, over the data set's tool library."""
+                    encoder_dir: str | None = None, ranking: str | None = None,
+                    train: Any = (), seed: int = 0) -> Any:
+  """The retriever ``--method`` names, over the data set's tool library (``train``: the
+  queries a trained baseline is fit on)."""
   from hyset_jax import retrievers
+  if method in TRAINED_METHODS:
+    from hyset_jax.retrievers.trained import fit_baseline
+    return fit_baseline(method, tools, _load_encoder(encoder_dir), train, seed=seed)
   if method == "bm25":
     return retrievers.BM25Retriever(tools)
   if method == "hyset" and model is not None:
@@ -168,8 +186,14 @@ def run(args: argparse.Namespace) -> int:
     raise UserError(f"{len(no_gold)} queries of split {args.split!r} have no gold tools "
                     f"(e.g. {', '.join(no_gold[:3])}); metrics are undefined for them")
 
+  train = ()
+  if args.method in TRAINED_METHODS:
+    from hyset_jax.config import DataConfig
+    from hyset_jax.data.splits import with_validation
+    train = with_validation(dataset, DataConfig.validation_fraction).split("train")
   retriever = build_retriever(args.method, dataset.tools, model=args.model,
-                              encoder_dir=args.encoder, ranking=args.ranking)
+                              encoder_dir=args.encoder, ranking=args.ranking, train=train,
+                              seed=args.seed)
   result = retriever.retrieve([q.text for q in queries], depth=EVAL_DEPTH)
   metrics = evaluate(result.rankings, [q.gold for q in queries], result.sets)
 

@@ -6,6 +6,7 @@ Formats (see :mod:`hyset_jax.export` and docs/export.md):
   npz         model.npz: the same arrays, tool_ids and the manifest fields
   projector   TensorBoard Embedding Projector TSVs of the tool embeddings
   stablehlo   jax.export artifacts of stage 1, stage 2 and both, with signature.json
+  onnx        stage1.onnx and stage2.onnx (fixed batch, --onnx-batch) with signature.json
 
 --out is a directory; one that exists and is not empty is replaced only with --force, and
 only if it holds an earlier export of the same format.
@@ -19,7 +20,7 @@ import pathlib
 from hyset_jax.errors import UserError
 
 # hyset_jax.export.FORMATS, not imported here: it would load JAX for ``hyset --help``.
-FORMATS = ("hyset", "npz", "projector", "stablehlo")
+FORMATS = ("hyset", "npz", "projector", "stablehlo", "onnx")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -35,6 +36,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                       "(default: the workdir's config.json data.spec)")
   p.add_argument("--platforms", default="cpu,cuda,tpu",
                  help="stablehlo: comma-separated platforms to lower for (default cpu,cuda,tpu)")
+  p.add_argument("--onnx-batch", type=int, default=1,
+                 help="onnx: the fixed batch size of the exported models (default 1)")
   p.add_argument("--force", action="store_true",
                  help="replace a non-empty --out that holds an earlier export of this format")
   p.set_defaults(func=run)
@@ -104,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
     labels, origin = export.tool_labels(model.tool_ids, spec)
     export.write_projector(out, model, labels, force=args.force)
     what = f"Embedding Projector TSVs; categories and names {origin}"
+  elif args.format == "onnx":
+    from hyset_jax.export_onnx import write_onnx
+    write_onnx(out, model, batch=args.onnx_batch, force=args.force)
+    what = f"ONNX stage 1 and stage 2 (jax2onnx), batch {args.onnx_batch}"
   else:
     platforms = tuple(p.strip() for p in args.platforms.split(",") if p.strip())
     if not platforms:

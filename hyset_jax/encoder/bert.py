@@ -178,16 +178,35 @@ class BertModel(nnx.Module):
       float32 [B, S, H] last-layer token states (padding rows hold garbage that
       pooling masks out).
     """
+    x = self.embed(input_ids, token_type_ids)
+    return self.run_layers(x, attention_bias(attention_mask, x.dtype))
+
+  def embed(self, input_ids: jax.Array, token_type_ids: jax.Array | None = None) -> jax.Array:
+    """The input of layer 0: int [B, S] ids (and segment ids, zeros when None) -> float [B, S, H]."""
     if token_type_ids is None:
       token_type_ids = jnp.zeros_like(input_ids)
-    x = self.embeddings(input_ids, token_type_ids)
-    # Padding keys get the most negative float, as transformers does, so they
-    # receive exactly zero attention weight after the softmax.
-    key_bias = jnp.where(attention_mask[:, None, None, :] > 0, 0.0,
-                         jnp.finfo(x.dtype).min).astype(x.dtype)
-    for layer in self.layers:
+    return self.embeddings(input_ids, token_type_ids)
+
+  def run_layers(self, x: jax.Array, key_bias: jax.Array, start: int = 0,
+                 stop: int | None = None) -> jax.Array:
+    """Layers ``start .. stop - 1`` (default: all) on float [B, S, H] states -> float [B, S, H].
+
+    ``key_bias`` is :func:`attention_bias` of the mask, float [B, 1, 1, S]. Running
+    ``[0, L - n)`` once and ``[L - n, L)`` later equals running all ``L`` layers: the
+    fine-tuning of the top ``n`` layers caches the first half (hyset_jax.encoder.tuning).
+    """
+    for layer in list(self.layers)[start:stop]:
       x = layer(x, key_bias)
     return x
+
+
+def attention_bias(attention_mask: jax.Array, dtype=jnp.float32) -> jax.Array:
+  """Additive key bias from an int or bool [B, S] mask -> float [B, 1, 1, S].
+
+  Padding keys get the most negative float, as transformers does, so they
+  receive exactly zero attention weight after the softmax.
+  """
+  return jnp.where(attention_mask[:, None, None, :] > 0, 0.0, jnp.finfo(dtype).min).astype(dtype)
 
 
 # --- Loading Hugging Face weights ------------------------------------------------

@@ -18,7 +18,7 @@ import json
 import os
 import pathlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from hyset_jax.encoder.bert import BertConfig, load_bert
+from hyset_jax.encoder.bert import BertConfig, BertModel, load_bert
 from hyset_jax.errors import UserError
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
@@ -268,6 +268,7 @@ class SentenceEncoder:
     name: stable model id for manifests (``query_encoder``), e.g.
       ``"sentence-transformers/all-MiniLM-L6-v2"``; see :func:`model_name`.
     dim: embedding width d.
+    config: the BERT network's :class:`BertConfig`.
     model_dir: the sentence-transformers directory it was loaded from.
     max_seq_length: tokens kept per text, [CLS] and [SEP] included.
     buckets: the padded lengths batches are compiled for.
@@ -279,16 +280,21 @@ class SentenceEncoder:
     self.pipeline = pipeline
     self.tokenizer = tokenizer
     config: BertConfig = model.config
+    self.config = config
     limit = min(config.max_position_embeddings, tokenizer.model_max_length or 10**9)
     self.max_seq_length = min(pipeline.max_seq_length or limit, limit)
     self.buckets = length_buckets(self.max_seq_length)
     self.dim = config.hidden_size * len(pipeline.pooling)
     self._pad_id = tokenizer.pad_token_id or 0
-    graphdef, self._state = nnx.split(model)
-    self._forward = jax.jit(_make_forward(graphdef, pipeline.pooling, pipeline.normalize))
+    self._graphdef, self._state = nnx.split(model)
+    self._forward = jax.jit(_make_forward(self._graphdef, pipeline.pooling, pipeline.normalize))
 
   def __repr__(self) -> str:
     return f"SentenceEncoder(name={self.name!r}, dim={self.dim}, model_dir='{self.model_dir}')"
+
+  def model(self) -> BertModel:
+    """A copy of the network (its own module tree over the same immutable weight arrays)."""
+    return nnx.merge(self._graphdef, self._state)
 
   def tokenize(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
     """Word-piece ids for ``texts``: int [n, L] ``input_ids``/``token_type_ids``/``attention_mask``.
@@ -316,29 +322,45 @@ class SentenceEncoder:
     from tqdm.auto import tqdm  # deferred: only encode needs it
 
     texts = list(texts)
+    out = np.zeros((len(texts), self.dim), np.float32)
+    show = len(texts) >= _PROGRESS_MIN if progress is None else progress
+    with tqdm(total=len(texts), disable=not show, unit="text", desc="encoding",
+              leave=False) as bar:
+      for rows, padded in self.padded_batches(texts, batch_size):
+        vectors = self._forward(self._state, padded["input_ids"], padded["token_type_ids"],
+                                padded["attention_mask"])
+        out[rows] = np.asarray(vectors[:len(rows)])
+        bar.update(len(rows))
+    return out
+
+  def padded_batches(self, texts: Sequence[str], batch_size: int = 64
+                     ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+    """Tokenised ``texts`` in batches of similar length, padded to a (row, length) bucket.
+
+    Yields:
+      ``(rows, padded)``: int [b] indices into ``texts`` (b ≤ batch_size) and
+      int32 [R, S] ``input_ids``/``token_type_ids``/``attention_mask`` with R ≥ b
+      a row bucket and S a length bucket; row i < b is ``texts[rows[i]]``, rows
+      from b on are padding with one real token so none is entirely masked.
+    """
+    texts = list(texts)
     for i, text in enumerate(texts):
       if not isinstance(text, str):
         raise TypeError(f"texts[{i}] is {type(text).__name__}, expected str")
     if batch_size < 1:
       raise ValueError(f"batch_size must be positive, got {batch_size}")
-    out = np.zeros((len(texts), self.dim), np.float32)
-    show = len(texts) >= _PROGRESS_MIN if progress is None else progress
-    with tqdm(total=len(texts), disable=not show, unit="text", desc="encoding",
-              leave=False) as bar:
-      for start in range(0, len(texts), _CHUNK):
-        tokens = self.tokenize(texts[start:start + _CHUNK])
-        lengths = tokens["attention_mask"].sum(axis=1)
-        # Longest first, so similar lengths share a batch and padding stays small.
-        order = np.argsort(-lengths, kind="stable")
-        for b in range(0, len(order), batch_size):
-          rows = order[b:b + batch_size]
-          out[start + rows] = self._encode_rows(tokens, rows, int(lengths[rows].max()), batch_size)
-          bar.update(len(rows))
-    return out
+    for start in range(0, len(texts), _CHUNK):
+      tokens = self.tokenize(texts[start:start + _CHUNK])
+      lengths = tokens["attention_mask"].sum(axis=1)
+      # Longest first, so similar lengths share a batch and padding stays small.
+      order = np.argsort(-lengths, kind="stable")
+      for b in range(0, len(order), batch_size):
+        rows = order[b:b + batch_size]
+        yield start + rows, self._pad_rows(tokens, rows, int(lengths[rows].max()), batch_size)
 
-  def _encode_rows(self, tokens: dict[str, np.ndarray], rows: np.ndarray, longest: int,
-                   batch_size: int) -> np.ndarray:
-    """Pads the chosen rows to a (row, length) bucket and runs the jitted network."""
+  def _pad_rows(self, tokens: dict[str, np.ndarray], rows: np.ndarray, longest: int,
+                batch_size: int) -> dict[str, np.ndarray]:
+    """The chosen rows padded to a (row, length) bucket."""
     n_rows, length = _row_bucket(len(rows), batch_size), _bucket(longest, self.buckets)
     keep = min(length, tokens["input_ids"].shape[1])
     padded = {}
@@ -347,11 +369,18 @@ class SentenceEncoder:
       if key in tokens:
         array[:len(rows), :keep] = tokens[key][rows, :keep]
       padded[key] = array
-    # Padding rows get one real token so that no row is entirely masked out.
     padded["attention_mask"][len(rows):, 0] = 1
-    vectors = self._forward(self._state, padded["input_ids"], padded["token_type_ids"],
-                            padded["attention_mask"])
-    return np.asarray(vectors[:len(rows)])
+    return padded
+
+
+def pool_and_normalize(hidden: jax.Array, mask: jax.Array, pooling: Sequence[str],
+                       normalize: bool) -> jax.Array:
+  """The Pooling and optional Normalize modules: float [B, S, H], int [B, S] -> f32 [B, dim]."""
+  vectors = pool(hidden, mask, pooling)
+  if normalize:  # torch.nn.functional.normalize: divide by max(norm, 1e-12)
+    norm = jnp.linalg.norm(vectors, axis=-1, keepdims=True)
+    vectors = vectors / jnp.maximum(norm, 1e-12)
+  return vectors.astype(jnp.float32)
 
 
 def _make_forward(graphdef: Any, pooling: tuple[str, ...], normalize: bool) -> Callable:
@@ -364,11 +393,7 @@ def _make_forward(graphdef: Any, pooling: tuple[str, ...], normalize: bool) -> C
   def forward(state, input_ids, token_type_ids, attention_mask):
     model = nnx.merge(graphdef, state)
     hidden = model(input_ids, attention_mask, token_type_ids)
-    vectors = pool(hidden, attention_mask, pooling)
-    if normalize:  # torch.nn.functional.normalize: divide by max(norm, 1e-12)
-      norm = jnp.linalg.norm(vectors, axis=-1, keepdims=True)
-      vectors = vectors / jnp.maximum(norm, 1e-12)
-    return vectors.astype(jnp.float32)
+    return pool_and_normalize(hidden, attention_mask, pooling, normalize)
 
   return forward
 

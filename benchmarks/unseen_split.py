@@ -1,0 +1,209 @@
+"""The unseen-set split: test queries whose gold *set* never occurs in training.
+
+  python -m benchmarks.unseen_split --data beir:../shared/data/toollens --seed 0 \
+      --out runs/unseen_toollens_s0
+
+ToolLens is scene-based: every official test set also occurs in training, so memorising
+sets scores well there. This split asks what a retriever does for a new combination of
+known tools. From all queries of the data set (every split pooled), it holds out
+``--sets`` multi-tool gold sets (|E*| ≥ 2), drawn in a seeded random order and kept only
+if each of their tools still occurs in some training set once every held-out set is
+gone. Every query whose gold set is held out goes to test; all other queries go to
+train (a validation split is carved from train by query-id hash when the data is read,
+as for the official split; the tool coverage is checked after that carve).
+
+Writes a BEIR folder (corpus.jsonl, queries.jsonl, qrels/train.tsv, qrels/test.tsv) that
+every method reads as ``beir:DIR``, plus ``split.json`` recording the source, seed, held-out
+sets and counts. Deterministic given the data and the seed; an existing DIR is kept unless
+``--force``.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import json
+import pathlib
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from hyset_jax.config import DataConfig
+from hyset_jax.data.types import Dataset, Query
+from hyset_jax.errors import UserError
+
+DEFAULT_SETS = 40
+
+
+@dataclasses.dataclass(frozen=True)
+class UnseenSplit:
+  """The split: train and test queries and the held-out gold sets (sorted tool ids)."""
+  train: tuple[Query, ...]
+  test: tuple[Query, ...]
+  held_out: tuple[tuple[str, ...], ...]
+
+
+def pooled_queries(dataset: Dataset) -> list[Query]:
+  """Every query of every split once, in split order; a repeated id must repeat its gold set."""
+  seen: dict[str, Query] = {}
+  for split, queries in dataset.splits.items():
+    for q in queries:
+      first = seen.setdefault(q.id, q)
+      if first.gold != q.gold:
+        raise UserError(f"{dataset.name}: query {q.id!r} appears in several splits with different "
+                        f"gold sets ({first.gold} and {q.gold} in {split!r}); cannot pool them")
+  return list(seen.values())
+
+
+def train_after_carve(queries: Sequence[Query], dataset: Dataset, fraction: float) -> set[str]:
+  """Ids of ``queries`` that stay in train when validation is carved (splits.with_validation)."""
+  from hyset_jax.data.splits import with_validation
+  carved = with_validation(dataclasses.replace(dataset, splits={"train": tuple(queries)}),
+                           fraction)
+  return {q.id for q in carved.splits["train"]}
+
+
+def hold_out(queries: Sequence[Query], n_sets: int, seed: int, kept: set[str]) -> UnseenSplit:
+  """Holds out ``n_sets`` multi-tool gold sets whose tools stay covered by training sets.
+
+  Args:
+    queries: the pooled queries.
+    n_sets: how many sets to hold out.
+    seed: the draw order of the candidate sets.
+    kept: ids of the queries that stay in train after the validation carve; a set
+      covers its tools only through such queries.
+
+  Returns:
+    The split. Candidates are the distinct multi-tool sets, sorted, then permuted by
+    ``numpy.random.default_rng(seed)``; a candidate is held out if every one of its tools
+    is in at least one other set that is still in training (with a query in ``kept``).
+  """
+  by_set: dict[tuple[str, ...], list[Query]] = collections.defaultdict(list)
+  for q in queries:
+    by_set[tuple(sorted(q.gold))].append(q)
+  covering = collections.Counter()  # tool -> training sets (with a kept query) that contain it
+  for s, qs in by_set.items():
+    if any(q.id in kept for q in qs):
+      covering.update(s)
+  candidates = sorted(s for s in by_set if len(s) >= 2)
+  order = np.random.default_rng(seed).permutation(len(candidates))
+  held: list[tuple[str, ...]] = []
+  for i in order:
+    if len(held) == n_sets:
+      break
+    s = candidates[i]
+    own = int(any(q.id in kept for q in by_set[s]))  # does s count towards its own tools?
+    if all(covering[t] - own >= 1 for t in s):
+      held.append(s)
+      if own:
+        covering.subtract(s)
+  if len(held) < n_sets:
+    raise UserError(f"only {len(held)} of {len(candidates)} multi-tool gold sets can be held out "
+                    f"with every tool still in a training set; asked for --sets {n_sets}")
+  held_set = set(held)
+  test = tuple(q for q in queries if tuple(sorted(q.gold)) in held_set)
+  train = tuple(q for q in queries if tuple(sorted(q.gold)) not in held_set)
+  return UnseenSplit(train, test, tuple(sorted(held)))
+
+
+def write_beir(out: pathlib.Path, dataset: Dataset, split: UnseenSplit) -> None:
+  """corpus.jsonl, queries.jsonl and qrels/{train,test}.tsv under ``out`` (beir.py's layout)."""
+  with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
+    for tool_id, text, meta in zip(dataset.tools.ids, dataset.tools.texts, dataset.tools.metadata):
+      # The reader's tool text is title + " " + text, stripped: an empty title keeps it.
+      f.write(json.dumps({"_id": tool_id, "title": "", "text": text, "metadata": meta},
+                         ensure_ascii=False) + "\n")
+  with open(out / "queries.jsonl", "w", encoding="utf-8") as f:
+    for q in split.train + split.test:
+      meta = {"source": q.source} if q.source else {}
+      f.write(json.dumps({"_id": q.id, "text": q.text, "metadata": meta}, ensure_ascii=False)
+              + "\n")
+  (out / "qrels").mkdir()
+  for name, qs in (("train", split.train), ("test", split.test)):
+    with open(out / "qrels" / f"{name}.tsv", "w", encoding="utf-8") as f:
+      f.write("query-id\tcorpus-id\tscore\n")
+      for q in qs:
+        for tool in q.gold:
+          f.write(f"{q.id}\t{tool}\t1\n")
+
+
+def check_written(out: pathlib.Path, fraction: float) -> dict[str, int]:
+  """Reads the folder back as ``beir:`` and checks the split's promises; returns the counts.
+
+  Train here is what a method trains on: the qrels' train minus the validation carve.
+  """
+  from hyset_jax.data.specs import load_dataset
+  from hyset_jax.data.splits import with_validation
+  data = with_validation(load_dataset(f"beir:{out}"), fraction)
+  train, test = data.split("train"), data.split("test")
+  train_sets = {q.gold for q in train}
+  train_tools = {t for q in train for t in q.gold}
+  seen_sets = [q.id for q in test if q.gold in train_sets]
+  unseen_tools = sorted({t for q in test for t in q.gold} - train_tools)
+  if seen_sets or unseen_tools:
+    raise RuntimeError(f"unseen split {out} is broken: {len(seen_sets)} test queries have a "
+                       f"training gold set (e.g. {seen_sets[:3]}), {len(unseen_tools)} test tools "
+                       f"are in no training query (e.g. {unseen_tools[:3]})")
+  return {"train": len(train), "validation": len(data.split("validation")), "test": len(test),
+          "test_sets": len({q.gold for q in test}), "train_sets": len(train_sets)}
+
+
+def run(args: argparse.Namespace) -> int:
+  from hyset_jax import io_utils
+  from hyset_jax.data.specs import load_dataset
+  if args.sets < 1:
+    raise UserError(f"--sets must be >= 1, got {args.sets}")
+  if not 0 < args.validation_fraction < 1:
+    raise UserError(f"--validation-fraction must be in (0, 1), got {args.validation_fraction}")
+  out = pathlib.Path(args.out)
+  if out.exists() and not out.is_dir():
+    raise UserError(f"--out {out} is a file; this script writes a BEIR directory")
+  io_utils.check_target(out, args.force)  # before reading anything
+  dataset = load_dataset(args.data)
+  queries = pooled_queries(dataset)
+  kept = train_after_carve(queries, dataset, args.validation_fraction)
+  split = hold_out(queries, args.sets, args.seed, kept)
+  with io_utils.atomic_dir(out, args.force) as tmp:
+    write_beir(tmp, dataset, split)
+    counts = check_written(tmp, args.validation_fraction)
+    n_multi = len({tuple(q.gold) for q in queries if len(q.gold) >= 2})
+    manifest = {
+        "source": args.data, "seed": args.seed, "sets_requested": args.sets,
+        "validation_fraction": args.validation_fraction,
+        "pooled_queries": len(queries), "multi_tool_sets": n_multi,
+        "held_out_sets": len(split.held_out), "held_out_queries": len(split.test),
+        "after_carve": counts,
+        "checks": "no test gold set occurs in train; every test tool occurs in train",
+        "held_out": [list(s) for s in split.held_out],
+    }
+    (tmp / "split.json").write_text(json.dumps(manifest, indent=1) + "\n")
+  print(f"{args.data}: pooled {len(queries)} queries, {n_multi} distinct multi-tool gold sets; "
+        f"held out {len(split.held_out)} sets = {len(split.test)} test queries (seed {args.seed})")
+  print(f"train {counts['train']} queries ({counts['train_sets']} distinct sets) + validation "
+        f"{counts['validation']} (carved, fraction {args.validation_fraction}); test "
+        f"{counts['test']} over {counts['test_sets']} sets")
+  print("checked: no test gold set occurs in train; every test tool occurs in train")
+  print(f"wrote {out} (read it as beir:{out})")
+  return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+  from hyset_jax import cli
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--data", required=True, metavar="SPEC", help="source data set (data spec)")
+  parser.add_argument("--seed", type=int, default=0, help="draw order of the held-out sets")
+  parser.add_argument("--sets", type=int, default=DEFAULT_SETS,
+                      help=f"how many multi-tool gold sets to hold out (default {DEFAULT_SETS})")
+  parser.add_argument("--validation-fraction", type=float,
+                      default=DataConfig.validation_fraction,
+                      help="the validation carve training will apply (for the coverage check)")
+  parser.add_argument("--out", required=True, metavar="DIR", help="BEIR directory to write")
+  parser.add_argument("--force", action="store_true", help="replace an existing --out")
+  parser.set_defaults(func=run)
+  return cli.run(parser, argv)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

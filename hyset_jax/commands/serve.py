@@ -1,0 +1,95 @@
+"""``hyset serve``: a trained model as an HTTP API (FastAPI + uvicorn) or an MCP server.
+
+HTTP (default)::
+
+  POST /v1/retrieve   {"query": "..."} | {"queries": [...]}, optional max_size, k_pool, ranking
+  GET  /v1/tools      the tool library
+  GET  /healthz       status, sizes, batching counters
+  GET  /docs          OpenAPI documentation
+
+MCP (--mcp stdio | --mcp http): one tool, ``search_tools(query)``, whose structured result is
+the retrieved set with each tool's name, description and input schema; ``http`` serves MCP's
+streamable HTTP transport at /mcp on --host/--port.
+
+Tool definitions (names, descriptions, schemas) come from --tools SPEC (any data spec, e.g.
+mcp:tools.json, openai:tools.json; repeatable, later ones win), else from the training run's
+data spec. Concurrent requests are micro-batched (--max-batch, --max-wait-ms). SIGTERM or
+Ctrl-C stops accepting connections, answers the requests in flight, then exits.
+"""
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+
+from hyset_jax import choices
+from hyset_jax.commands import int_at_least
+from hyset_jax.errors import UserError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+  p = sub.add_parser("serve", help="serve a model over HTTP or MCP", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--model", required=True, help="hyset model directory or `hyset train` workdir")
+  p.add_argument("--tools", action="append", default=[], metavar="SPEC",
+                 help="library with the tools' definitions (repeatable; default: the training "
+                      "run's data spec)")
+  p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+  p.add_argument("--port", type=int_at_least(0), default=8080, help="port (default 8080)")
+  p.add_argument("--mcp", choices=("stdio", "http"),
+                 help="run an MCP server (stdio, or streamable HTTP at /mcp) instead of the API")
+  p.add_argument("--max-batch", type=int_at_least(1), default=64,
+                 help="most queries per device call (default 64)")
+  p.add_argument("--max-wait-ms", type=float, default=5.0,
+                 help="longest a request waits for others to share its device call (default 5)")
+  p.add_argument("--max-body-bytes", type=int_at_least(1), default=1 << 20,
+                 help="largest request body (default 1 MiB; larger gets 413)")
+  p.add_argument("--max-queries", type=int_at_least(1), default=256,
+                 help="most queries in one request (default 256)")
+  p.add_argument("--method", choices=choices.ENUMERATION_METHODS,
+                 default=choices.DEFAULT_METHOD, help="subset-enumeration implementation")
+  p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
+                 help="start without compiling every batch size first (faster start, slower "
+                      "first requests)")
+  p.add_argument("--shutdown-timeout", type=float, default=30.0,
+                 help="seconds to finish requests in flight after SIGTERM (default 30)")
+  p.set_defaults(func=run)
+
+
+def check_port(host: str, port: int) -> None:
+  """UserError now, rather than a uvicorn log line later, if the address cannot be bound."""
+  try:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+      s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+      s.bind((host, port))
+  except (OSError, OverflowError) as e:  # OverflowError: a port above 65535
+    raise UserError(f"cannot listen on {host}:{port}: {getattr(e, 'strerror', None) or e}"
+                    ) from None
+
+
+def run(args: argparse.Namespace) -> int:
+  if args.max_wait_ms < 0:
+    raise UserError(f"--max-wait-ms must be ≥ 0, got {args.max_wait_ms}")
+  if args.mcp != "stdio":
+    check_port(args.host, args.port)
+  from hyset_jax.serve.retriever import load_retriever
+  retriever = load_retriever(args.model, args.tools, method=args.method,
+                             max_batch=args.max_batch)
+  if args.warm_up:
+    print("compiling ...", file=sys.stderr)
+    retriever.warm_up()
+  if args.mcp:
+    from hyset_jax.serve.mcp_server import run_mcp
+    run_mcp(retriever, transport=args.mcp, host=args.host, port=args.port,
+            max_batch=args.max_batch, max_wait_ms=args.max_wait_ms)
+    return 0
+  import uvicorn
+
+  from hyset_jax.serve.app import create_app
+  app = create_app(retriever, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+                   max_body_bytes=args.max_body_bytes, max_queries=args.max_queries)
+  config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
+                          timeout_graceful_shutdown=args.shutdown_timeout)
+  uvicorn.Server(config).run()
+  return 0

@@ -1,0 +1,7 @@
+"""Serving a trained model to agents: ``hyset serve`` (HTTP API or MCP server).
+
+- :mod:`hyset_jax.serve.retriever`   text queries -> prediction rows with tool definitions.
+- :mod:`hyset_jax.serve.batching`    micro-batching of concurrent requests into one device call.
+- :mod:`hyset_jax.serve.app`         the FastAPI app (``POST /v1/retrieve``, ``GET /v1/tools``).
+- :mod:`hyset_jax.serve.mcp_server`  the MCP server with its ``search_tools`` tool.
+"""

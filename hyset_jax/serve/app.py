@@ -1,0 +1,197 @@
+"""The HTTP API of ``hyset serve``: a FastAPI app over a :class:`.retriever.Retriever`.
+
+=========================  =========================================================
+``POST /v1/retrieve``      ``{"query": "..."}`` or ``{"queries": [...]}``, optional
+                           ``max_size``, ``k_pool``, ``ranking`` -> ``{"results": [...]}``
+``GET /v1/tools``          the model's tool library: ``{"tools": [definition, ...]}``
+``GET /healthz``           ``{"status": "ok", ...}``: model sizes, batching counters
+``GET /docs``              OpenAPI documentation (``/openapi.json``)
+=========================  =========================================================
+
+Errors are JSON, ``{"error": {"field": "...", "message": "..."}}``: 400 for a body that is
+not JSON, 413 for a body over ``max_body_bytes``, 422 for a value that is wrong (the field
+names it: ``query``, ``queries[3]``, ``max_size``, …), 404 for an unknown path, 500 (never a
+dead server) for anything unexpected.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from starlette.exceptions import HTTPException
+
+from hyset_jax.serve.batching import MicroBatcher
+from hyset_jax.serve.retriever import RANKINGS, FieldError, Retriever
+
+log = logging.getLogger("hyset.serve")
+
+
+class RetrieveRequest(BaseModel):
+  """One query (``query``) or several (``queries``), with optional per-request settings."""
+  model_config = ConfigDict(extra="forbid")
+  query: StrictStr | None = Field(None, description="one request text")
+  queries: list[StrictStr] | None = Field(None, description="several request texts")
+  max_size: StrictInt | None = Field(None, description="largest set size M (default: the "
+                                                       "model's max_set_size)")
+  k_pool: StrictInt | None = Field(None, description="shortlist size K_pool (default: the "
+                                                     "model's)")
+  ranking: StrictStr | None = Field(None, description=f"ranking method: {', '.join(RANKINGS)}")
+
+
+class ToolDefinition(BaseModel):
+  id: str
+  name: str
+  description: str
+  parameters: dict[str, Any] | None = Field(None, description="JSON schema, when known")
+
+
+class Result(BaseModel):
+  set: list[str] = Field(description="tool ids of the best set")
+  set_score: float = Field(description="F(x, E) of the best set")
+  ranking: list[str] = Field(description="tool ids: greedy picks under F, then by ℓ")
+  shortlist: list[str] = Field(description="tool ids: S0 by ℓ, then the expansion by g")
+  tools: list[ToolDefinition] = Field(description="definitions of the set's members")
+
+
+class RetrieveResponse(BaseModel):
+  results: list[Result]
+
+
+class ErrorBody(BaseModel):
+  field: str | None
+  message: str
+
+
+class ErrorResponse(BaseModel):
+  error: ErrorBody
+
+
+def error(status: int, field: str | None, message: str) -> JSONResponse:
+  return JSONResponse({"error": {"field": field, "message": message}}, status_code=status)
+
+
+def _field(loc: tuple) -> str:
+  """A pydantic error location as the request field it names: ('body', 'queries', 2) ->
+  'queries[2]'."""
+  parts = [p for p in loc if p != "body"]
+  out = ""
+  for p in parts:
+    out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+  return out or "body"
+
+
+class BodyLimit:
+  """Refuse request bodies over ``max_bytes`` (413) — by Content-Length, or while streaming."""
+
+  def __init__(self, app, max_bytes: int):
+    self.app = app
+    self.max_bytes = max_bytes
+
+  async def __call__(self, scope, receive, send):
+    if scope["type"] != "http":
+      return await self.app(scope, receive, send)
+    message = f"the request body is over the limit of {self.max_bytes} bytes"
+    length = dict(scope.get("headers") or []).get(b"content-length")
+    if length is not None and length.isdigit() and int(length) > self.max_bytes:
+      return await error(413, "body", message)(scope, receive, send)
+    seen = 0
+
+    async def limited():
+      nonlocal seen
+      msg = await receive()
+      if msg["type"] == "http.request":
+        seen += len(msg.get("body", b""))
+        if seen > self.max_bytes:
+          raise HTTPException(413, message)
+      return msg
+
+    return await self.app(scope, limited, send)
+
+
+def create_app(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float = 5.0,
+               max_body_bytes: int = 1 << 20, max_queries: int = 256) -> FastAPI:
+  """The FastAPI app; the micro-batcher starts and drains with the app's lifespan."""
+  batcher = MicroBatcher(retriever.retrieve_batch, max_batch=max_batch,
+                         max_wait_s=max_wait_ms / 1000)
+
+  @contextlib.asynccontextmanager
+  async def lifespan(app: FastAPI):
+    await batcher.start()
+    yield
+    await batcher.stop()  # after uvicorn has answered every request in flight
+
+  app = FastAPI(title="hyset", lifespan=lifespan,
+                description="Set-level tool retrieval (HYSET): the best tool set for a request.")
+  app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+  app.state.batcher = batcher
+
+  @app.exception_handler(RequestValidationError)
+  async def invalid(request, exc: RequestValidationError):
+    first = exc.errors()[0] if exc.errors() else {"loc": ("body",), "msg": "invalid request"}
+    if first.get("type") == "json_invalid":
+      return error(400, "body", f"the body is not valid JSON ({first.get('msg')})")
+    field = _field(tuple(first.get("loc", ("body",))))
+    if first.get("type") == "extra_forbidden":
+      return error(422, field, f"unknown field; expected query or queries, and optionally "
+                               f"max_size, k_pool, ranking")
+    return error(422, field, str(first.get("msg")))
+
+  @app.exception_handler(HTTPException)
+  async def http_error(request, exc: HTTPException):
+    return error(exc.status_code, "body" if exc.status_code == 413 else None, str(exc.detail))
+
+  @app.exception_handler(Exception)
+  async def internal(request, exc: Exception):
+    log.exception("request failed")
+    return error(500, None, f"internal error: {type(exc).__name__}: {exc}")
+
+  @app.post("/v1/retrieve", response_model=RetrieveResponse,
+            responses={400: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
+                       422: {"model": ErrorResponse}})
+  async def retrieve(request: RetrieveRequest):
+    """The best tool set, ranking and shortlist for each query (as `hyset predict`)."""
+    try:
+      texts = _texts(request, max_queries)
+      options = retriever.options(request.max_size, request.k_pool, request.ranking)
+    except FieldError as e:
+      return error(422, e.field, e.message)
+    return JSONResponse({"results": await batcher.submit(texts, options)})
+
+  @app.get("/v1/tools")
+  async def tools():
+    """The model's tool library, in row order."""
+    return JSONResponse({"count": retriever.num_tools, "tools": retriever.definitions})
+
+  @app.get("/healthz")
+  async def healthz():
+    m = retriever.model
+    return {"status": "ok", "tools": retriever.num_tools, "max_set_size": m.max_set_size,
+            "k1": m.k1, "k_pool": m.k_pool, "query_encoder": m.query_encoder,
+            "rankings": list(RANKINGS), "batching": batcher.stats.as_dict()}
+
+  return app
+
+
+def _texts(request: RetrieveRequest, max_queries: int) -> list[str]:
+  """The request's texts; FieldError for none, both, empty or too many."""
+  if (request.query is None) == (request.queries is None):
+    raise FieldError("query", "give exactly one of 'query' (a string) or 'queries' (a list "
+                              "of strings)")
+  if request.query is not None:
+    if not request.query.strip():
+      raise FieldError("query", "is empty; expected the request text")
+    return [request.query]
+  if not request.queries:
+    raise FieldError("queries", "is empty; expected at least one request text")
+  if len(request.queries) > max_queries:
+    raise FieldError("queries", f"has {len(request.queries)} texts; at most {max_queries} "
+                                f"per request")
+  for i, text in enumerate(request.queries):
+    if not text.strip():
+      raise FieldError(f"queries[{i}]", "is empty; expected a request text")
+  return list(request.queries)

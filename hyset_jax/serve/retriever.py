@@ -1,0 +1,229 @@
+"""A loaded model ready to answer text queries: encoder, two-stage inference, tool definitions.
+
+:class:`Retriever` is what every front end (the HTTP app, the MCP server) calls. It holds no
+request state, so one instance serves any number of connections; its device calls are made
+from one thread at a time (the micro-batcher's), since they share compiled functions.
+
+A prediction row has the fields of ``hyset predict`` — ``set``, ``set_score``, ``ranking``,
+``shortlist`` (tool ids) — computed by :func:`hyset_jax.inference.predict_batched` on the
+model's own query encoder, plus ``tools``: the definitions of the set's members
+(:func:`hyset_jax.data.tooltext.definition`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from hyset_jax import inference
+from hyset_jax.data.tooltext import definition
+from hyset_jax.errors import UserError
+
+# The values of the ``ranking`` request field: the methods inference lists (inference.RANKINGS)
+# once ``predict_batched`` takes a ``ranking=`` argument, and the choice is passed on. Until
+# then only the ranking it always computes is accepted — ``greedy``: greedy marginal gain under
+# F for the first M positions, then the rest of the shortlist by ℓ — so no request names a
+# method it would not get.
+_PASSES_RANKING = "ranking" in inspect.signature(inference.predict_batched).parameters
+DEFAULT_RANKING: str = inference.DEFAULT_RANKING
+RANKINGS: tuple[str, ...] = (tuple(inference.RANKINGS) if _PASSES_RANKING
+                             else (DEFAULT_RANKING,))
+# Encoder rows per forward pass in a server (see load_retriever), and the longest query length
+# (tokens) compiled at start-up; longer queries compile on first sight.
+ENCODER_ROWS = 8
+WARM_MAX_TOKENS = 128
+
+
+class FieldError(UserError):
+  """A bad request value; ``field`` names it (``max_size``, ``queries[2]``, ``body``)."""
+
+  def __init__(self, field: str, message: str):
+    super().__init__(f"{field}: {message}")
+    self.field = field
+    self.message = message
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """Per-request settings; requests with equal options share a device call."""
+  max_size: int
+  k_pool: int
+  ranking: str
+
+
+def _int(name: str, value: Any) -> int:
+  if not isinstance(value, int) or isinstance(value, bool):
+    raise FieldError(name, f"must be an integer, got {type(value).__name__}")
+  return value
+
+
+def tool_catalog(tool_ids: Sequence[str], specs: Sequence[str]) -> tuple[list[dict], str]:
+  """The definition of every model tool (model row order), read from library ``specs``.
+
+  Later specs win for an id found in several. Tools no spec defines get their id as name.
+  Returns the definitions and a line saying where they came from.
+  """
+  from hyset_jax.data.specs import load_dataset
+  found: dict[str, dict] = {}
+  for spec in specs:
+    tools = load_dataset(spec).tools
+    for i, tool_id in enumerate(tools.ids):
+      found[tool_id] = definition(tool_id, tools.texts[i], tools.metadata[i])
+  defs = [found.get(t) or definition(t, None, None) for t in tool_ids]
+  known = sum(t in found for t in tool_ids)
+  where = ", ".join(specs) if specs else "no library named (pass --tools SPEC)"
+  return defs, f"tool definitions for {known} of {len(tool_ids)} tools from {where}"
+
+
+class Retriever:
+  """Text queries in, prediction rows out, for one model directory.
+
+  Args:
+    model: a loaded model directory (:func:`hyset_jax.modeldir.load_model_dir`).
+    encode: texts -> f32[n, d_r], the model's query encoder.
+    warm_texts: texts whose encoding compiles the encoder shapes requests will use.
+    definitions: one tool definition per model tool, in row order.
+    method: the subset-enumeration implementation.
+    max_batch: the largest device batch; smaller batches are padded to a power of two, so
+      at most log2(max_batch) + 1 shapes compile per option set.
+  """
+
+  def __init__(self, model, encode: Callable[[list[str]], np.ndarray], definitions: list[dict],
+               *, method: str = "gather", max_batch: int = 64,
+               warm_texts: Sequence[str] = ("warm up",)):
+    if len(definitions) != len(model.tool_ids):
+      raise ValueError("one definition per tool expected")
+    self.model = model
+    self.encode = encode
+    self.definitions = definitions
+    self.method = method
+    self.max_batch = max_batch
+    # The manifest's ranking (hyset/2) is the default when it is one we can compute.
+    ranking = getattr(model, "ranking", None)
+    self.default_ranking = ranking if ranking in RANKINGS else DEFAULT_RANKING
+    self.defaults = Options(model.max_set_size, model.k_pool, self.default_ranking)
+    self.warm_texts = list(warm_texts)
+
+  @property
+  def num_tools(self) -> int:
+    return len(self.model.tool_ids)
+
+  def options(self, max_size: Any = None, k_pool: Any = None, ranking: Any = None) -> Options:
+    """Validated per-request options (``None`` = the model's); FieldError naming the field."""
+    m, n = self.model, self.num_tools
+    max_size = m.max_set_size if max_size is None else _int("max_size", max_size)
+    k_pool = m.k_pool if k_pool is None else _int("k_pool", k_pool)
+    if not 2 <= max_size <= m.max_set_size:
+      raise FieldError("max_size", f"must be between 2 and the model's max_set_size "
+                                   f"{m.max_set_size}, got {max_size}")
+    low = max(m.k1 + 1, max_size)
+    if not low <= k_pool <= n:
+      raise FieldError("k_pool", f"must be between {low} (above the model's k1 = {m.k1} and "
+                                 f"at least max_size) and the library size {n}, got {k_pool}")
+    ranking = self.default_ranking if ranking is None else ranking
+    if ranking not in RANKINGS:
+      raise FieldError("ranking", f"must be one of {', '.join(RANKINGS)}, got {ranking!r}")
+    return Options(max_size, k_pool, ranking)
+
+  def bucket(self, n: int) -> int:
+    """The padded batch size for n queries: the next power of two, at most ``max_batch``."""
+    return min(self.max_batch, 1 << max(0, n - 1).bit_length())
+
+  def predict(self, emb: np.ndarray, options: Options) -> list[dict]:
+    """Prediction rows for f32[n, d_r] query embeddings (one device call per bucket)."""
+    n = emb.shape[0]
+    bucket = self.bucket(n)
+    pad = -n % bucket
+    if pad:
+      emb = np.concatenate([emb, np.zeros((pad, emb.shape[1]), np.float32)])
+    extra = {"ranking": options.ranking} if _PASSES_RANKING else {}
+    pred = inference.predict_batched(self.model.params, emb, k1=self.model.k1,
+                                     k_pool=options.k_pool, max_size=options.max_size,
+                                     batch_size=bucket, method=self.method, **extra)
+    ids, defs = self.model.tool_ids, self.definitions
+    rows = []
+    for q in range(n):
+      members = [int(t) for t in pred.set_tools[q] if t >= 0]
+      rows.append({
+          "set": [ids[t] for t in members],
+          "set_score": float(pred.set_score[q]),
+          "ranking": [ids[t] for t in pred.ranking[q]],
+          "shortlist": [ids[t] for t in pred.shortlist[q]],
+          "tools": [defs[t] for t in members],
+      })
+    return rows
+
+  def retrieve_batch(self, requests: Sequence[tuple[Sequence[str], Options]]) -> list[list[dict]]:
+    """Answer several requests at once: one encoder call for all their texts, then one
+    prediction call per distinct option set. Returns rows per request, in order."""
+    texts = [t for request_texts, _ in requests for t in request_texts]
+    emb = np.asarray(self.encode(texts), np.float32)
+    starts = np.cumsum([0] + [len(t) for t, _ in requests])
+    by_options: dict[Options, list[int]] = {}
+    for i, (_, options) in enumerate(requests):
+      by_options.setdefault(options, []).append(i)
+    out: list[list[dict]] = [[] for _ in requests]
+    for options, members in by_options.items():
+      rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in members])
+      answers = self.predict(emb[rows], options)
+      k = 0
+      for i in members:
+        size = starts[i + 1] - starts[i]
+        out[i] = answers[k:k + size]
+        k += size
+    return out
+
+  def warm_up(self) -> None:
+    """Compile the default options for every batch bucket, and the encoder for the usual
+    query lengths, so that no request waits for a compilation."""
+    d = self.query_dim
+    size = 1
+    while True:
+      self.predict(np.zeros((size, d), np.float32), self.defaults)
+      if size >= self.max_batch:
+        break
+      size = min(self.max_batch, size * 2)
+    self.encode(self.warm_texts)
+
+  @property
+  def query_dim(self) -> int:
+    return int(self.model.params.projection.shape[0])
+
+
+def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *, method: str = "gather",
+                   max_batch: int = 64, log=lambda msg: print(msg, file=sys.stderr)) -> Retriever:
+  """A Retriever for a model directory (or `hyset train` workdir) and its query encoder."""
+  from hyset_jax import modeldir
+  from hyset_jax.commands.export import best_model_dir, data_spec
+  from hyset_jax.encoder import load_encoder
+
+  source = best_model_dir(model_path)
+  model = modeldir.load_model_dir(source)
+  if not tool_specs:
+    spec = data_spec(source, None)
+    tool_specs = (spec,) if spec else ()
+  definitions, where = tool_catalog(model.tool_ids, tool_specs)
+  if not model.query_encoder:
+    raise UserError(f"{source}: the manifest names no query encoder (query_encoder is null), "
+                    f"so text queries cannot be embedded; serve a model trained with an encoder")
+  encoder = load_encoder(model.query_encoder)
+  dim = int(model.params.projection.shape[0])
+  if encoder.dim != dim:
+    raise UserError(f"the query encoder {model.query_encoder!r} gives {encoder.dim}-d "
+                    f"embeddings; the model's projection expects d_r = {dim}")
+  log(f"model {source}: {len(model.tool_ids)} tools, max_set_size {model.max_set_size}, "
+      f"k1 {model.k1}, k_pool {model.k_pool}; {where}")
+
+  def encode(texts: list[str]) -> np.ndarray:
+    # Fixed 8-row encoder batches: the encoder compiles one program per (rows, length) bucket,
+    # and a server sees every batch size; with the rows fixed only the length varies.
+    return encoder.encode(texts, batch_size=ENCODER_ROWS, progress=False)
+
+  # One text per length bucket a query usually falls in (``n`` words ≈ n + 2 tokens).
+  warm = [" ".join(["tool"] * max(1, b - 2)) for b in encoder.buckets if b <= WARM_MAX_TOKENS]
+  return Retriever(model, encode, definitions, method=method, max_batch=max_batch,
+                   warm_texts=[t for t in warm for _ in range(ENCODER_ROWS)])

@@ -1,0 +1,60 @@
+"""``hyset export --format onnx``: onnxruntime on stage1.onnx -> stage2.onnx gives what
+``hyset predict`` writes, on the same queries."""
+import json
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from hyset_jax import cli
+
+from test_predict_cli import M, D, write_model_dir
+
+
+@pytest.mark.parametrize("batch", [4])
+def test_onnx_matches_predict(tmp_path, batch):
+  _, info = write_model_dir(tmp_path / "model", seed=3)
+  out = tmp_path / "onnx"
+  assert cli.main(["export", "--workdir", str(tmp_path / "model"), "--out", str(out),
+                   "--format", "onnx", "--onnx-batch", str(batch)]) == 0
+  signature = json.loads((out / "signature.json").read_text())
+  assert signature["batch"] == batch and signature["tool_ids"] == info["tool_ids"]
+  assert [i["name"] for i in signature["models"]["stage1"]["inputs"]] == ["query_embeddings"]
+  assert [o["name"] for o in signature["models"]["stage2"]["outputs"]] == [
+      "set_tools", "set_size", "set_score", "ranking"]
+
+  queries = np.random.default_rng(7).normal(size=(6, D)).astype(np.float32)
+  np.save(tmp_path / "q.npy", queries)
+  assert cli.main(["predict", "--model", str(tmp_path / "model"), "--query-embeddings",
+                   str(tmp_path / "q.npy"), "--out", str(tmp_path / "p.jsonl")]) == 0
+  expected = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+
+  s1 = ort.InferenceSession(str(out / "stage1.onnx"), providers=["CPUExecutionProvider"])
+  s2 = ort.InferenceSession(str(out / "stage2.onnx"), providers=["CPUExecutionProvider"])
+  ids = info["tool_ids"]
+  got = []
+  for start in range(0, len(queries), batch):
+    chunk = queries[start:start + batch]
+    n = len(chunk)
+    padded = np.concatenate([chunk, np.zeros((batch - n, D), np.float32)])
+    shortlist, logits = s1.run(None, {"query_embeddings": padded})
+    set_tools, set_size, set_score, ranking = s2.run(
+        None, {"query_embeddings": padded, "shortlist": shortlist, "shortlist_logits": logits})
+    for q in range(n):
+      got.append({"set": [ids[t] for t in set_tools[q] if t >= 0],
+                  "set_size": int(set_size[q]), "set_score": float(set_score[q]),
+                  "ranking": [ids[t] for t in ranking[q]],
+                  "shortlist": [ids[t] for t in shortlist[q]]})
+  for g, e in zip(got, expected, strict=True):
+    assert g["shortlist"] == e["shortlist"]
+    assert g["set"] == e["set"] and g["set_size"] == len(e["set"]) <= M
+    assert g["ranking"] == e["ranking"]
+    assert g["set_score"] == pytest.approx(e["set_score"], abs=1e-4)
+
+
+def test_onnx_bad_batch(tmp_path, capsys):
+  write_model_dir(tmp_path / "model")
+  assert cli.main(["export", "--workdir", str(tmp_path / "model"), "--out",
+                   str(tmp_path / "o"), "--format", "onnx", "--onnx-batch", "0"]) == 2
+  assert "--onnx-batch must be ≥ 1" in capsys.readouterr().err
+  assert not (tmp_path / "o").exists()
