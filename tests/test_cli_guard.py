@@ -87,6 +87,13 @@ ROWS = (
     Row("hyset", ("bench", "e2e", "--tools", "40", "--dim", "8", "--batch", "1", "--k1", "4",
                   "--k-pool", "8", "--max-size", "3", "--repeats", "1", "--json", "{OUT}"), None,
         "file"),
+    Row("hyset", ("tools", "add", "--tools", "beir:{BEIR}", "--model", "{IN}", "--out", "{OUT}"),
+        "MODEL", "dir", garbage="dir"),
+    Row("hyset", ("tools", "remove", "--ids", "tool_0", "--model", "{IN}", "--out", "{OUT}"),
+        "MODEL", "dir", garbage="dir"),
+    # A server writes nothing: only its model input is guarded here (its requests: serve's tests).
+    Row("hyset", ("serve", "--model", "{IN}"), "MODEL", "file", garbage="dir",
+        cases=("missing", "garbage"), force=False),
     Row("toolscout", ("fit", "--reference", "{IN}", "--out", "{OUT}"), "REF", "dir"),
     Row("toolscout", ("route", "--router", "{ROUTER}", "--queries", "{IN}", "--out", "{OUT}"),
         "REF", "file"),
