@@ -70,7 +70,6 @@ CITES_OUTSIDE = {
     "hyset_jax/enumeration.py": "speed", "hyset_jax/inference.py": "speed",
     "benchmarks/README.md": "speed", "benchmarks/end_to_end.py": "speed",
     "hyset_jax/negatives.py": "lead", "hyset_jax/scoring.py": "lead",
-    "launch/README.md": "lead",
 }
 
 
