@@ -218,20 +218,23 @@ def train_and_evaluate(config: config_lib.Config, workdir: str | os.PathLike, *,
   sharding.maybe_initialize_distributed()
   workdir = pathlib.Path(workdir).absolute()  # Orbax wants absolute paths
   workdir_lib.check(workdir, config)
+  provider = rewards.make_provider(config.rewards.provider, config.rewards.path,
+                                   config.rewards.command)
+  # The data is read before the workdir is created: bad data leaves nothing behind.
+  data = data or prepare_data(config)
+  workdir_lib.create(workdir)
   with workdir_lib.lock(workdir):
-    return _train(config, workdir, data, num_devices, progress, stop_after)
+    return _train(config, workdir, data, provider, num_devices, progress, stop_after)
 
 
-def _train(config, workdir, data, num_devices, progress, stop_after) -> dict[str, Any]:
+def _train(config, workdir, data, provider, num_devices, progress, stop_after
+           ) -> dict[str, Any]:
   tc, mc = config.train, config.model
   mesh = training_mesh(config, num_devices)
   data_size = sharding.axis_size(mesh, sharding.DATA_AXIS)
   if tc.batch_size % data_size:
     raise UserError(f"train.batch_size = {tc.batch_size} must be a multiple of the mesh's data "
                     f"axis ({data_size} = devices / mesh.tools)")
-  provider = rewards.make_provider(config.rewards.provider, config.rewards.path,
-                                   config.rewards.command)
-  data = data or prepare_data(config)
   workdir_lib.write_config(workdir, config)
   train = data.splits[config.data.train_split]
   sharding.check_tool_rows(len(data.tool_ids), mesh)

@@ -54,7 +54,11 @@ def check(workdir: pathlib.Path, config: config_lib.Config) -> None:
   if workdir.name.isdigit() and workdir.parent.name == "checkpoints":
     raise UserError(f"--workdir {workdir} is a checkpoint step inside a workdir; pass the "
                     f"workdir itself ({workdir.parent.parent})")
-  ensure_writable_dir(workdir, "workdir")
+  if workdir.exists() and not workdir.is_dir():
+    raise UserError(f"workdir {workdir} exists and is not a folder")
+  existing = next(p for p in (workdir, *workdir.parents) if p.exists())
+  if not existing.is_dir() or not os.access(existing, os.W_OK):
+    raise UserError(f"workdir {workdir}: {existing} is not a writable folder")
   saved = workdir / CONFIG_FILE
   if saved.exists():
     try:
@@ -73,6 +77,11 @@ def check(workdir: pathlib.Path, config: config_lib.Config) -> None:
       raise UserError(f"workdir {workdir} holds a run with a different config (differs in: "
                       f"{', '.join(diff)}); resume with the same config or use a new workdir")
   MetricsLog.check(workdir / METRICS_FILE)
+
+
+def create(workdir: pathlib.Path) -> None:
+  """The workdir (and missing parents), once the inputs have been read."""
+  ensure_writable_dir(workdir, "workdir")
 
 
 def write_config(workdir: pathlib.Path, config: config_lib.Config) -> None:

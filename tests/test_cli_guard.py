@@ -111,12 +111,7 @@ CASES = ("missing", "garbage", "existing", "kind", "onto-input", "unwritable")
 # Rows and cases that do not hold yet, in code outside this test's owner's files: each entry
 # says who fixes what. The test asserts the gap is still there, so fixing one fails here until
 # its entry is deleted (it then runs as a normal case).
-KNOWN_GAPS = {
-    ("hyset train tiny", "missing"): "train.py/workdir.py (lead): the workdir and its .lock are "
-                                     "created before the data is read",
-    ("hyset train tiny", "garbage"): "train.py/workdir.py (lead): the workdir and its .lock are "
-                                     "created before the data is read",
-}
+KNOWN_GAPS: dict[tuple[str, str], str] = {}
 
 
 def _applies(row: Row, case: str) -> bool:
