@@ -1,4 +1,4 @@
-"""End-to-end inference latency at the paper's scale (design.md §3, paper Eq. 12-14).
+"""End-to-end inference latency at the paper's scale (paper Eq. 12-14).
 
 A random library of N = 13,860 tools with d = 768 (unit rows), random symmetric M_2..M_5,
 K1 = 15, K_pool = 20, M = 5 (:mod:`hyset_jax.benchmarking.end_to_end`):

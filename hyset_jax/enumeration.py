@@ -3,7 +3,7 @@
 Subsets are listed once per (K, M) in a static :class:`SubsetTable`: by size ascending, and within
 a size in *colex* order (ordered by the largest element, then the next largest, …). The colex
 rank of {s_1 < … < s_k} is Σ_j C(s_j, j), so the row of any subset, and of the subsets it is
-built from, is known when the table is built (design.md §3).
+built from, is known when the table is built (docs/speed.md).
 
 Three implementations of the same function, measured against each other in ``benchmarks/``
 (their names: :data:`hyset_jax.choices.ENUMERATION_METHODS`):
@@ -433,7 +433,7 @@ def _incidence(k_pool: int, max_size: int) -> tuple[tuple[np.ndarray, np.ndarray
 @functools.partial(jax.jit, static_argnums=(2, 3))
 def score_subsets_matmul(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
                          operand_dtype=jnp.float32) -> SubsetScores:
-  """Score every subset with incidence matmuls (design.md §3), queries as matmul rows.
+  """Score every subset with incidence matmuls (docs/speed.md), queries as matmul rows.
 
   F_align = (wℓ · A_m) / (w · A_m) with w = exp(ℓ − max ℓ) per query, F_set = g_m · A_pairs,m
   with g_m the upper triangle of G_m. The output is query-major as the matmuls write it.

@@ -1,4 +1,4 @@
-"""Two-stage set-level inference (paper Eq. 12-14, design.md §3).
+"""Two-stage set-level inference (paper Eq. 12-14; docs/model.md, docs/speed.md).
 
 Stage 1 scores every tool by ℓ(x, t) and keeps the top K1 (S0). Complementarity expansion adds
 the K_pool − K1 other tools with the largest g(t) = max_{i∈S0} z_tᵀ M_M z_i (Eq. 13). Stage 2

@@ -1,4 +1,4 @@
-"""Candidate pools C_i = {E*_i} ∪ N_i for the retrieval loss (paper §2.4, design.md §2).
+"""Candidate pools C_i = {E*_i} ∪ N_i for the retrieval loss (paper §2.4, Algorithm 1).
 
 |C_i| = K_neg distinct sets: the gold set first, then negatives drawn in the fixed proportion
 uniform / in-batch / hard (default 50% / 30% / 20%):

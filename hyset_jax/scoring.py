@@ -1,6 +1,6 @@
 """The HYSET set score F(x, E) = F_set(E) + F_align(x, E) (paper Eq. 2-6), as pure functions.
 
-Notation (design.md §1): r = r(x) ∈ R^{d_r} the frozen query embedding, Z ∈ R^{N×d_z} the tool
+Notation (docs/model.md): r = r(x) ∈ R^{d_r} the frozen query embedding, Z ∈ R^{N×d_z} the tool
 embeddings (unit rows), P ∈ R^{d_r×d_z} the projection, M_2..M_M ∈ R^{d_z×d_z} the symmetric
 cardinality-specific interaction matrices, stored stacked as ``interactions[m - 2]``.
 
