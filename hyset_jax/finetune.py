@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from hyset_jax import batches, losses, model, scoring, train, workdir
+from hyset_jax import batches, model, train, workdir
 from hyset_jax import config as config_lib
 from hyset_jax.errors import UserError
 from hyset_jax.evaluation import evaluate_split
@@ -134,7 +134,7 @@ def encoder_queries(spec, frozen, encoder_params, batch: dict[str, jax.Array]) -
 def joint_loss(params: dict[str, Any], frozen, batch: dict[str, Any], *, spec,
                mc: config_lib.ModelConfig, tc: config_lib.TrainConfig
                ) -> tuple[jax.Array, tuple[dict[str, jax.Array], jax.Array]]:
-  """The loss of ``train.train_step`` (Eq. 10 with η = 0, plus μ · per-tool loss) with r(x)
+  """``train.objective`` (Eq. 10 with η = 0, plus μ · the per-tool loss) with r(x)
   from the encoder.
 
   batch: ``members`` int32[B, K_neg, M], ``mask`` bool[B, K_neg, M] (gold at pool position
@@ -145,21 +145,10 @@ def joint_loss(params: dict[str, Any], frozen, batch: dict[str, Any], *, spec,
     (loss f32[], (its parts, the query vectors f32[B, d_r] for the negative sampler)).
   """
   query = encoder_queries(spec, frozen, params["encoder"], batch)
-  theta = params["theta"]
-  if not mc.train_tool_embeddings:
-    theta = dict(theta, z=jax.lax.stop_gradient(theta["z"]))
-  hp = model.materialize(theta, mc)
-  scores = scoring.set_scores(hp, query, batch["members"], batch["mask"])
-  b = scores.shape[0]
-  penalty_on = theta.get("m", jnp.zeros((0,), hp.tool_embeddings.dtype))
-  loss, parts = losses.total_loss(scores, jnp.zeros(b, jnp.int32), jnp.zeros(b, jnp.float32),
-                                  penalty_on, eta=0.0, l2=tc.interaction_l2)
-  if tc.tool_loss_weight:
-    logits = scoring.query_logits(hp, query)
-    parts["loss_tool"] = losses.tool_loss(logits, batch["members"][:, 0], batch["mask"][:, 0])
-    loss = loss + tc.tool_loss_weight * parts["loss_tool"]
-    parts["loss"] = loss
-  parts["pool_acc"] = jnp.mean(jnp.argmax(scores, axis=-1) == 0)
+  b = query.shape[0]
+  # No Ê here: selected and ρ are 0, so L_self vanishes (rewards are refused in finetune).
+  loss, parts = train.objective(params["theta"], query, batch["members"], batch["mask"],
+                          jnp.zeros(b, jnp.int32), jnp.zeros(b, jnp.float32), mc=mc, tc=tc)
   return loss, (parts, jax.lax.stop_gradient(query))
 
 

@@ -69,6 +69,36 @@ def make_optimizer(tc: config_lib.TrainConfig) -> optax.GradientTransformation:
   return optax.chain(optax.clip_by_global_norm(1.0), optax.adam(schedule))
 
 
+def objective(theta: dict[str, Any], query: jax.Array, members: jax.Array, mask: jax.Array,
+              selected: jax.Array, reward: jax.Array, *, mc: config_lib.ModelConfig,
+              tc: config_lib.TrainConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """The training loss: L_ret + η L_self + λ Σ‖M_m‖² (Eq. 10) plus μ · the per-tool loss.
+
+  Args:
+    theta: the trained leaves of θ.
+    query: f32[B, d_r] query embeddings (frozen, or from a trainable encoder: finetune.py).
+    members, mask: int32/bool[B, K_neg, M] candidate pools, the gold set at position 0.
+    selected, reward: int32[B] pool position of Ê and f32[B] its ρ (0: no L_self).
+
+  Returns:
+    (loss f32[], its parts).
+  """
+  if not mc.train_tool_embeddings:
+    theta = dict(theta, z=jax.lax.stop_gradient(theta["z"]))
+  params = model.materialize(theta, mc)
+  scores = scoring.set_scores(params, query, members, mask)                # [B, K_neg]
+  penalty_on = theta.get("m", jnp.zeros((0,), params.tool_embeddings.dtype))
+  loss, parts = losses.total_loss(scores, selected, reward, penalty_on, eta=tc.eta,
+                                  l2=tc.interaction_l2)
+  if tc.tool_loss_weight:
+    logits = scoring.query_logits(params, query)
+    parts["loss_tool"] = losses.tool_loss(logits, members[:, 0], mask[:, 0])
+    loss = loss + tc.tool_loss_weight * parts["loss_tool"]
+    parts["loss"] = loss
+  parts["pool_acc"] = jnp.mean(jnp.argmax(scores, axis=-1) == 0)  # the gold set is at 0
+  return loss, parts
+
+
 def train_step(state: TrainState, batch: batches.Batch, *, mc: config_lib.ModelConfig,
                tc: config_lib.TrainConfig, optimizer: optax.GradientTransformation,
                shard_grads=lambda g: g) -> tuple[TrainState, dict[str, jax.Array]]:
@@ -77,20 +107,8 @@ def train_step(state: TrainState, batch: batches.Batch, *, mc: config_lib.ModelC
   ``shard_grads`` places the gradient (make_step_fn: like θ, so Z's lives on ``tools``).
   """
   def loss_fn(theta):
-    if not mc.train_tool_embeddings:
-      theta = dict(theta, z=jax.lax.stop_gradient(theta["z"]))
-    params = model.materialize(theta, mc)
-    scores = scoring.set_scores(params, batch.query, batch.members, batch.mask)  # [B, K_neg]
-    penalty_on = theta.get("m", jnp.zeros((0,), params.tool_embeddings.dtype))
-    loss, parts = losses.total_loss(scores, batch.selected, batch.reward, penalty_on,
-                                    eta=tc.eta, l2=tc.interaction_l2)
-    if tc.tool_loss_weight:
-      logits = scoring.query_logits(params, batch.query)
-      parts["loss_tool"] = losses.tool_loss(logits, batch.members[:, 0], batch.mask[:, 0])
-      loss = loss + tc.tool_loss_weight * parts["loss_tool"]
-      parts["loss"] = loss
-    parts["pool_acc"] = jnp.mean(jnp.argmax(scores, axis=-1) == 0)  # the gold set is at 0
-    return loss, parts
+    return objective(theta, batch.query, batch.members, batch.mask, batch.selected,
+                     batch.reward, mc=mc, tc=tc)
 
   (_, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.theta)
   grads = shard_grads(grads)
