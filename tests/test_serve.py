@@ -83,7 +83,7 @@ def test_per_request_options_match_predict_flags(tmp_path, client, model_dir):
   served = r.json()["results"]
   assert all(len(row["set"]) <= 2 and len(row["shortlist"]) == 6 for row in served)
   assert_same(served, predict_rows(tmp_path, model_dir, serving.QUERIES, "--max-size", "2",
-                                   "--k-pool", "6"))
+                                   "--k-pool", "6", "--ranking", RANKINGS[0]))
 
 
 @pytest.mark.parametrize("body,status,field", [
