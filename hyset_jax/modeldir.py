@@ -272,3 +272,51 @@ def save_model_dir(path: str | os.PathLike, model: ModelDir, *, force: bool = Fa
     (tmp / MANIFEST_FILE).write_text(json.dumps(model.manifest(), indent=1) + "\n",
                                      encoding="utf-8")
   return path
+
+
+# --------------------------------------------------------------------------- paths
+
+def enclosing_workdir(path: pathlib.Path) -> pathlib.Path | None:
+  """The training workdir ``path`` lies inside (a checkpoint step, checkpoints/), if any."""
+  for parent in path.resolve().parents:
+    if (parent / "config.json").is_file() and (parent / "checkpoints").is_dir():
+      return parent
+  return None
+
+
+def best_model_dir(workdir: str | pathlib.Path) -> pathlib.Path:
+  """The model directory of a workdir's best model, or the path itself if it is one."""
+  path = pathlib.Path(workdir)
+  if not path.is_dir():
+    raise UserError(f"{path} does not exist or is not a directory; expected a hyset train "
+                    f"workdir or a model directory")
+  if (path / "manifest.json").is_file():
+    return path
+  if (path / "best" / "manifest.json").is_file():
+    return path / "best"
+  outer = enclosing_workdir(path)
+  if outer is not None:
+    raise UserError(f"{path} is inside the training workdir {outer} (an Orbax checkpoint, not a "
+                    f"model directory); pass the workdir itself ({outer}), whose best/ model "
+                    f"is used")
+  if not (path / "config.json").is_file() and not (path / "checkpoints").is_dir():
+    raise UserError(f"{path} is neither a model directory (no manifest.json) nor a hyset "
+                    f"train workdir (no config.json, checkpoints/ or best/)")
+  steps = sorted(int(p.name) for p in (path / "checkpoints").glob("*") if p.name.isdigit())
+  why = (f"it has checkpoints up to step {steps[-1]} but no evaluation has finished yet"
+         if steps else "it has no checkpoints either")
+  raise UserError(f"{path} holds no trained model (no best/manifest.json; {why}); run "
+                  f"hyset train --workdir {path} until its first evaluation")
+
+
+def data_spec(source: pathlib.Path, explicit: str | None) -> str | None:
+  """--data, else data.spec of the training run's config.json (beside best/)."""
+  if explicit:
+    return explicit
+  for config in (source / "config.json", source.parent / "config.json"):
+    if config.is_file():
+      try:
+        return json.loads(config.read_text(encoding="utf-8"))["data"]["spec"]
+      except (ValueError, KeyError, TypeError):
+        return None
+  return None

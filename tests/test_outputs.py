@@ -223,7 +223,7 @@ def test_eval_takes_a_workdir_and_the_validation_split(tmp_path, capsys):
   assert validation_fraction(None, str(work / "best")) == 0.25
   assert validation_fraction(0.5, str(work)) == 0.5
   # --model WORKDIR resolves to its best/ as predict and export do.
-  from hyset_jax.commands.export import best_model_dir
+  from hyset_jax.modeldir import best_model_dir
   write_model_dir(work / "best")
   assert best_model_dir(work) == work / "best"
 

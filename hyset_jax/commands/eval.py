@@ -106,7 +106,7 @@ def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary
                           ranking: str | None = None) -> Any:
   """A HysetRetriever from a model directory or a training workdir's best/, checked
   against the data's library."""
-  from hyset_jax.commands.export import best_model_dir
+  from hyset_jax.modeldir import best_model_dir
   from hyset_jax.modeldir import load_model_dir
   from hyset_jax.retrievers import HysetRetriever
   model = load_model_dir(best_model_dir(path))

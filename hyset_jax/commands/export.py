@@ -14,8 +14,6 @@ only if it holds an earlier export of the same format.
 from __future__ import annotations
 
 import argparse
-import json
-import pathlib
 
 from hyset_jax.errors import UserError
 
@@ -43,55 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.set_defaults(func=run)
 
 
-def enclosing_workdir(path: pathlib.Path) -> pathlib.Path | None:
-  """The training workdir ``path`` lies inside (a checkpoint step, checkpoints/), if any."""
-  for parent in path.resolve().parents:
-    if (parent / "config.json").is_file() and (parent / "checkpoints").is_dir():
-      return parent
-  return None
-
-
-def best_model_dir(workdir: str | pathlib.Path) -> pathlib.Path:
-  """The model directory of a workdir's best model, or the path itself if it is one."""
-  path = pathlib.Path(workdir)
-  if not path.is_dir():
-    raise UserError(f"{path} does not exist or is not a directory; expected a hyset train "
-                    f"workdir or a model directory")
-  if (path / "manifest.json").is_file():
-    return path
-  if (path / "best" / "manifest.json").is_file():
-    return path / "best"
-  outer = enclosing_workdir(path)
-  if outer is not None:
-    raise UserError(f"{path} is inside the training workdir {outer} (an Orbax checkpoint, not a "
-                    f"model directory); pass the workdir itself ({outer}), whose best/ model "
-                    f"is used")
-  if not (path / "config.json").is_file() and not (path / "checkpoints").is_dir():
-    raise UserError(f"{path} is neither a model directory (no manifest.json) nor a hyset "
-                    f"train workdir (no config.json, checkpoints/ or best/)")
-  steps = sorted(int(p.name) for p in (path / "checkpoints").glob("*") if p.name.isdigit())
-  why = (f"it has checkpoints up to step {steps[-1]} but no evaluation has finished yet"
-         if steps else "it has no checkpoints either")
-  raise UserError(f"{path} holds no trained model (no best/manifest.json; {why}); run "
-                  f"hyset train --workdir {path} until its first evaluation")
-
-
-def data_spec(source: pathlib.Path, explicit: str | None) -> str | None:
-  """--data, else data.spec of the training run's config.json (beside best/)."""
-  if explicit:
-    return explicit
-  for config in (source / "config.json", source.parent / "config.json"):
-    if config.is_file():
-      try:
-        return json.loads(config.read_text(encoding="utf-8"))["data"]["spec"]
-      except (ValueError, KeyError, TypeError):
-        return None
-  return None
-
-
 def run(args: argparse.Namespace) -> int:
   from hyset_jax import export, io_utils, modeldir
-  source = best_model_dir(args.workdir)
+  source = modeldir.best_model_dir(args.workdir)
   # Before loading or compiling anything.
   out = io_utils.output_dir(args.out, args.force, marker=export.MARKERS[args.format],
                             inputs=(source, args.workdir), what=f"{args.format} export")
@@ -103,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     export.write_npz(out, model, force=args.force)
     what = f"{export.NPZ_FILE}"
   elif args.format == "projector":
-    spec = data_spec(source, args.data)
+    spec = modeldir.data_spec(source, args.data)
     labels, origin = export.tool_labels(model.tool_ids, spec)
     export.write_projector(out, model, labels, force=args.force)
     what = f"Embedding Projector TSVs; categories and names {origin}"

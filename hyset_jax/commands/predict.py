@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
   out = io_utils.output_file(args.out, args.force,
                             inputs=(args.model, args.queries, args.query_embeddings))
-  from hyset_jax.commands.export import best_model_dir
+  from hyset_jax.modeldir import best_model_dir
   model_path = best_model_dir(args.model)
   model = modeldir.load_model_dir(model_path)
   k1, k_pool, max_size = resolve_overrides(model, args.k1, args.k_pool, args.max_size)

@@ -37,7 +37,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
   from hyset_jax import io_utils, modeldir, tooledit
-  from hyset_jax.commands.export import best_model_dir
+  from hyset_jax.modeldir import best_model_dir
   from hyset_jax.data.specs import load_dataset
 
   source = best_model_dir(args.model)

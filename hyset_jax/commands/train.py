@@ -60,7 +60,7 @@ def _use_cpu_devices(n: int) -> None:
 
 def check_workdir(workdir: str | None) -> None:
   """Refuse a --workdir that is part of another run or a model directory (a likely slip)."""
-  from hyset_jax.commands.export import enclosing_workdir
+  from hyset_jax.modeldir import enclosing_workdir
   if workdir is None:
     return
   path = pathlib.Path(workdir)

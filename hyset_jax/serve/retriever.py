@@ -198,7 +198,7 @@ def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *, method: s
                    max_batch: int = 64, log=lambda msg: print(msg, file=sys.stderr)) -> Retriever:
   """A Retriever for a model directory (or `hyset train` workdir) and its query encoder."""
   from hyset_jax import modeldir
-  from hyset_jax.commands.export import best_model_dir, data_spec
+  from hyset_jax.modeldir import best_model_dir, data_spec
   from hyset_jax.encoder import load_encoder
 
   source = best_model_dir(model_path)
