@@ -223,16 +223,7 @@ def theta_from_model_dir(path: str | pathlib.Path, data: TrainingData,
   if (params.conditioned is not None) != mc.conditioned:
     raise UserError(f"{path}: {'has' if params.conditioned is not None else 'has no'} "
                     f"query-conditioned term, the config has model.conditioned = {mc.conditioned}")
-  theta = {"z": params.tool_embeddings, "p": params.projection}
-  if mc.interaction == "per_cardinality":
-    theta["m"] = params.interactions
-  elif mc.interaction == "shared":
-    theta["m"] = params.interactions[:1]
-  if params.tower is not None:
-    theta["tower"] = params.tower
-  if params.conditioned is not None:
-    theta["conditioned"] = params.conditioned
-  return theta
+  return model.theta_of(params, mc)
 
 
 def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | pathlib.Path, *,

@@ -119,15 +119,21 @@ def init_theta(tool_embeddings: np.ndarray, query_dim: int, mc, seed: int) -> di
   p = init_params(tool_embeddings, query_dim, mc.max_set_size, jax.random.key(seed),
                   scale=mc.init_scale, tower_depth=mc.tower_depth, tower_hidden=mc.tower_hidden,
                   conditioned_rank=mc.conditioned_rank if mc.conditioned else None)
-  theta = {"z": p.tool_embeddings, "p": p.projection}
+  return theta_of(p, mc)
+
+
+def theta_of(params: HysetParams, mc) -> dict:
+  """The trained leaves of full θ for ``mc``'s interaction mode (inverse of :func:`materialize`
+  for per-cardinality and shared M; a trained model restarts from them)."""
+  theta = {"z": params.tool_embeddings, "p": params.projection}
   if mc.interaction == "per_cardinality":
-    theta["m"] = p.interactions
+    theta["m"] = params.interactions
   elif mc.interaction == "shared":
-    theta["m"] = p.interactions[:1]
-  if p.tower is not None:
-    theta["tower"] = p.tower
-  if p.conditioned is not None:
-    theta["conditioned"] = p.conditioned
+    theta["m"] = params.interactions[:1]
+  if params.tower is not None:
+    theta["tower"] = params.tower
+  if params.conditioned is not None:
+    theta["conditioned"] = params.conditioned
   return theta
 
 
