@@ -60,10 +60,11 @@ def _run(args) -> int:
   print(f"== training ({config.train.num_steps} steps max) in {args.workdir}")
   summary = train.train_and_evaluate(config, args.workdir, data=data)
   best = modeldir.load_model_dir(f"{args.workdir}/best")
-  after = evaluate_split(best.params, test, data.tool_ids, config.model, 256)
+  after = evaluate_split(best.params, test, data.tool_ids, config.model, 256,
+                         ranking=best.ranking)  # the ranking training chose on validation
 
   print(f"\n== {config.data.spec} test split, {before['n_queries']} queries")
-  print(_table({"untrained (= dense)": before, f"HYSET (step {summary['best_step']})": after}))
+  print(_table({"untrained (= dense)": before, f"HYSET (step {summary['best_step']}, {best.ranking})": after}))
   pred = inference.predict_batched(best.params, test.embeddings[:5], k1=best.k1,
                                    k_pool=best.k_pool, max_size=best.max_set_size)
   print("\n== a few test queries")

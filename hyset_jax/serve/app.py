@@ -53,7 +53,7 @@ class ToolDefinition(BaseModel):
 class Result(BaseModel):
   set: list[str] = Field(description="tool ids of the best set")
   set_score: float = Field(description="F(x, E) of the best set")
-  ranking: list[str] = Field(description="tool ids: greedy picks under F, then by ℓ")
+  ranking: list[str] = Field(description="tool ids in the order of the ranking method used")
   shortlist: list[str] = Field(description="tool ids: S0 by ℓ, then the expansion by g")
   tools: list[ToolDefinition] = Field(description="definitions of the set's members")
 

@@ -12,7 +12,6 @@ model's own query encoder, plus ``tools``: the definitions of the set's members
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,15 +22,9 @@ from hyset_jax import inference
 from hyset_jax.data.tooltext import definition
 from hyset_jax.errors import UserError
 
-# The values of the ``ranking`` request field: the methods inference lists (inference.RANKINGS)
-# once ``predict_batched`` takes a ``ranking=`` argument, and the choice is passed on. Until
-# then only the ranking it always computes is accepted — ``greedy``: greedy marginal gain under
-# F for the first M positions, then the rest of the shortlist by ℓ — so no request names a
-# method it would not get.
-_PASSES_RANKING = "ranking" in inspect.signature(inference.predict_batched).parameters
+# The values of the ``ranking`` request field (the model's recorded ranking is the default).
 DEFAULT_RANKING: str = inference.DEFAULT_RANKING
-RANKINGS: tuple[str, ...] = (tuple(inference.RANKINGS) if _PASSES_RANKING
-                             else (DEFAULT_RANKING,))
+RANKINGS: tuple[str, ...] = tuple(inference.RANKINGS)
 # Encoder rows per forward pass in a server (see load_retriever), and the longest query length
 # (tokens) compiled at start-up; longer queries compile on first sight.
 ENCODER_ROWS = 8
@@ -102,9 +95,8 @@ class Retriever:
     self.definitions = definitions
     self.method = method
     self.max_batch = max_batch
-    # The manifest's ranking (hyset/2) is the default when it is one we can compute.
-    ranking = getattr(model, "ranking", None)
-    self.default_ranking = ranking if ranking in RANKINGS else DEFAULT_RANKING
+    # The manifest's ranking (hyset/2); hyset/1 directories have none.
+    self.default_ranking = model.ranking or DEFAULT_RANKING
     self.defaults = Options(model.max_set_size, model.k_pool, self.default_ranking)
     self.warm_texts = list(warm_texts)
 
@@ -140,10 +132,10 @@ class Retriever:
     pad = -n % bucket
     if pad:
       emb = np.concatenate([emb, np.zeros((pad, emb.shape[1]), np.float32)])
-    extra = {"ranking": options.ranking} if _PASSES_RANKING else {}
     pred = inference.predict_batched(self.model.params, emb, k1=self.model.k1,
                                      k_pool=options.k_pool, max_size=options.max_size,
-                                     batch_size=bucket, method=self.method, **extra)
+                                     batch_size=bucket, method=self.method,
+                                     ranking=options.ranking)
     ids, defs = self.model.tool_ids, self.definitions
     rows = []
     for q in range(n):
