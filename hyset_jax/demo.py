@@ -16,10 +16,10 @@ KEYS = ("recall@3", "recall@5", "comp@3", "comp@5", "set_f1", "set_exact")
 
 
 def _table(rows: dict[str, dict]) -> str:
-  head = f"{'model':<22}" + "".join(f"{k:>11}" for k in KEYS)
+  head = f"{'model':<28}" + "".join(f"{k:>11}" for k in KEYS)
   lines = [head, "-" * len(head)]
   for name, m in rows.items():
-    lines.append(f"{name:<22}" + "".join(f"{100 * m[k]:>10.2f}%" for k in KEYS))
+    lines.append(f"{name:<28}" + "".join(f"{100 * m[k]:>10.2f}%" for k in KEYS))
   return "\n".join(lines)
 
 
