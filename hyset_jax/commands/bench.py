@@ -121,10 +121,8 @@ def run_e2e(args: argparse.Namespace) -> int:
 
 
 def run_enumerate(args: argparse.Namespace) -> int:
-  import numpy as np
-
   from hyset_jax import enumeration, io_utils
-  from hyset_jax.benchmarking import hardware, references, runners, workload
+  from hyset_jax.benchmarking import hardware, runners, workload
 
   if args.json:
     io_utils.output_file(args.json, args.force, flag="--json")
