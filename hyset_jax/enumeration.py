@@ -37,8 +37,8 @@ Two outputs (:data:`hyset_jax.choices.STAGE2_OUTPUTS`): ``scores`` (:func:`score
 every subset's F as f32[Q, n]) and ``best`` (:func:`best_subset`, the argmax per query, what
 predict runs). ``best`` never writes [Q, n]: queries are scored in chunks of
 :data:`BEST_CHUNK`, each chunk's scores stay subset-major (f32[n, chunk], ~5.5 MB, cache-sized) and
-are reduced by a max and a first-row-of-the-max (see :func:`_first_max_subset_major` for why
-this form on XLA:CPU).
+are reduced by block maxima and a search of one block (see :func:`_best_rows_query_last` for
+why this form on XLA:CPU).
 
 Tie-breaking: :func:`best_sets` and :func:`best_subset` take the first maximum in table order, i.e. the smallest set
 wins an exact tie between sizes; within a size, ties resolve by the colex order of the positions
@@ -196,9 +196,9 @@ def _check_inputs(logits: jax.Array, pairs: jax.Array, table: SubsetTable) -> No
 #   (expensive, and its consumers reuse elements). So the tables are built by gathers whose
 #   output already has queries last; a transpose there would be fused in as a strided read.
 # - The API returns [Q, n]. A transpose of the scoring loops' output would be fused into them
-#   too (computing in transposed order, ~10x slower). So the scores are produced as ≥ 9 row
-#   pieces and concatenated — XLA:CPU never fuses a concatenate of more than 8 operands — and
-#   the transpose is a separate copy of the materialised [n, Q] scores.
+#   too (computing in transposed order, ~10x slower). So each query chunk's scores are written
+#   subset-major into one buffer (in-place updates) and transposed as a separate copy while
+#   the chunk is in cache (:func:`_scores_query_major`).
 
 
 class _Tables(NamedTuple):
@@ -228,23 +228,52 @@ def _sorted_tables(logits: jax.Array, pairs: jax.Array) -> _Tables:
   return _Tables(order, ell, expo.reshape(k * k, q), g)
 
 
-_MIN_PIECES = 9      # a concatenate of more than 8 operands is never fused on XLA:CPU
+# Rows per scoring loop: each piece is one fusion writing its rows into the subset-major buffer.
 _PIECE_ROWS = 2048
 
 
 def _row_pieces(sizes: list[int]) -> list[list[tuple[int, int]]]:
-  """Row ranges splitting blocks of the given sizes into ≥ _MIN_PIECES pieces in total
-  (when there are that many rows), none longer than _PIECE_ROWS."""
+  """Row ranges splitting blocks of the given sizes into pieces of at most _PIECE_ROWS."""
   counts = [max(1, -(-n // _PIECE_ROWS)) for n in sizes]
-  while sum(counts) < _MIN_PIECES and any(c < n for c, n in zip(counts, sizes)):
-    i = max(range(len(sizes)), key=lambda j: sizes[j] / counts[j] if counts[j] < sizes[j] else 0)
-    counts[i] += 1
   return [[(n * i // c, n * (i + 1) // c) for i in range(c)] for n, c in zip(sizes, counts)]
 
 
-def _query_major(pieces: list[jax.Array]) -> jax.Array:
-  """Concatenate query-last row pieces f32[rows_i, Q] into f32[Q, Σ rows_i]."""
-  return jnp.concatenate(pieces, axis=0).T
+# Queries per chunk of the ``scores`` output: each chunk is scored subset-major (f32[n, 16],
+# 1.4 MB at K_pool = 20, M = 5) and transposed while it is in cache. Measured (2-core EPYC,
+# batch 1024, same run): 137 ms per batch against 316 ms for one transpose of the whole
+# f32[n, 1024] (89 MB, out of cache); chunks of 32 / 64 / 128 took 146 / 157 / 205 ms.
+SCORES_CHUNK = 16
+
+
+def _map_chunks(fn, logits: jax.Array, pairs: jax.Array, chunk: int):
+  """``fn(logits, pairs)`` over query chunks of ``chunk`` (``lax.map``; a remainder is one
+  smaller chunk), outputs concatenated along queries. Every output of ``fn`` must be
+  query-major. A symbolic batch (jax.export's "q") cannot be split at trace time: one chunk."""
+  q = logits.shape[0]
+  full = q // chunk if isinstance(q, int) and q > chunk else 0
+  if not full:
+    return fn(logits, pairs)
+  n = full * chunk
+  chunked = (logits[:n].reshape(full, chunk, -1), pairs[:n].reshape(full, chunk, *pairs.shape[1:]))
+  out = jax.lax.map(lambda a: fn(a[0], a[1]), chunked)
+  parts = [jax.tree.map(lambda x: x.reshape(n, *x.shape[2:]), out)]
+  if q > n:
+    parts.append(fn(logits[n:], pairs[n:]))
+  return jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
+
+
+def _scores_query_major(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
+                        method: str) -> SubsetScores:
+  """The gather or colex scores as f32[Q, n], transposed chunk by chunk (:data:`SCORES_CHUNK`).
+
+  A transpose fused into the scoring loops would compute in transposed order (~10x slower),
+  so each chunk's scores are first written subset-major (one buffer) and then transposed as
+  a separate copy.
+  """
+  def one(lg, pr):
+    t = _sorted_tables(lg, pr)
+    return _subset_major(t, table, method).T, t.order
+  return SubsetScores(*_map_chunks(one, logits, pairs, SCORES_CHUNK))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,8 +379,7 @@ def score_subsets_colex(logits: jax.Array, pairs: jax.Array, table: SubsetTable)
     SubsetScores; positions give the ascending-ℓ reordering.
   """
   _check_inputs(logits, pairs, table)
-  t = _sorted_tables(logits, pairs)
-  return SubsetScores(_query_major(_colex_query_last(t, table)), t.order)
+  return _scores_query_major(logits, pairs, table, "colex")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -400,8 +428,7 @@ def score_subsets_gather(logits: jax.Array, pairs: jax.Array, table: SubsetTable
   Args and returns as :func:`score_subsets_colex`.
   """
   _check_inputs(logits, pairs, table)
-  t = _sorted_tables(logits, pairs)
-  return SubsetScores(_query_major(_gather_query_last(t, table)), t.order)
+  return _scores_query_major(logits, pairs, table, "gather")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -497,12 +524,14 @@ def score_subsets_subset_major(logits: jax.Array, pairs: jax.Array, table: Subse
   return _subset_major(t, table, method), t.order
 
 
-def _subset_major(t: _Tables, table: SubsetTable, method: str) -> jax.Array:
-  """f32[n, Q]: the gather or colex scores written into one subset-major buffer."""
+def _subset_major(t: _Tables, table: SubsetTable, method: str, rows: int | None = None,
+                  fill: float = 0.0) -> jax.Array:
+  """f32[rows, Q]: the gather or colex scores written into one subset-major buffer, rows
+  beyond the table's (``rows`` ≥ n, default n) holding ``fill``."""
   pieces = (_colex_query_last(t, table) if method == "colex" else _gather_query_last(t, table))
   # In-place updates of one buffer: each piece is computed straight into it, where a
   # concatenation would copy every score once more.
-  out = jnp.zeros((len(table), t.ell.shape[1]), t.ell.dtype)
+  out = jnp.full((rows or len(table), t.ell.shape[1]), fill, t.ell.dtype)
   row = 0
   for piece in pieces:
     out = jax.lax.dynamic_update_slice(out, piece, (row, 0))
@@ -553,32 +582,35 @@ def best_sets(subset_scores: SubsetScores, table: SubsetTable, k: int = 1) -> Be
 # K_pool = 20, M = 5) and tables stay in cache. Measured (2-core EPYC, batch 1024): chunks of
 # 64 run ~3x faster than 32 or 128 and ~8x faster than one unchunked call.
 BEST_CHUNK = 64
-def _first_max_subset_major(scores: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """(max f32[Q], first row of the max int32[Q]) of subset-major scores f32[n, Q].
-
-  XLA:CPU vectorises a plain max or min over the major axis of a materialised array, but not
-  an argmax (a variadic reduce) nor a reduce fused with the scoring gathers (~10-50x slower,
-  measured). So two plain reductions: the max, then the smallest row holding it. The
-  optimisation barrier keeps them two separate loops over the (cache-resident) chunk: fused
-  into one multi-output loop they ran slower. Measured (K_pool = 20, M = 5, chunk of 64, 2-core
-  EPYC): 4.3 ms per chunk against 7.9 ms for the former block-max/gather reduction, whose
-  [Q, block] gather along the minor axis cost more than scoring.
-  """
-  n, _ = scores.shape
-  best = jnp.max(scores, axis=0)                                         # [Q]
-  scores = jax.lax.optimization_barrier(scores)
-  rows = jnp.arange(n, dtype=jnp.int32)[:, None]
-  row = jnp.min(jnp.where(scores == best[None], rows, n), axis=0)
-  # A NaN score matches nothing; clamp so the row still indexes the table.
-  return best, jnp.minimum(row, n - 1)
+# Rows per reduction block of best_subset (see _best_rows_query_last).
+_BEST_BLOCK = 128
 
 
 def _best_rows_query_last(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
                           method: str) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """(best score f32[Q], its table row int32[Q], positions int32[Q, K]) for one chunk."""
+  """(best score f32[Q], its first table row int32[Q], positions int32[Q, K]) for one chunk.
+
+  XLA:CPU vectorises a plain max over the major axis of a materialised array, but not an
+  argmax (a variadic reduce), nor a reduce fused with the scoring gathers (~10-50x slower,
+  measured), and a second full pass for the first row of the max (a select and an integer
+  min) cost as much as half the scoring. So the chunk's scores are written subset-major into
+  a buffer padded with −inf to whole blocks of _BEST_BLOCK rows (no copy: the scoring loops
+  write into it), reduced by a plain max per block (f32[n / 128, Q]), and only the first
+  block holding each query's maximum is searched for its first row (a [128, Q] gather).
+  Measured (K_pool = 20, M = 5, chunk of 64, 2-core EPYC, one run): scoring alone 2.0 ms,
+  this 2.4 ms, a max + first-row pass 2.3-2.7 ms more than scoring, the former unpadded
+  block reduction with a minor-axis gather 3.9 ms.
+  """
   t = _sorted_tables(logits, pairs)
-  best, rows = _first_max_subset_major(_subset_major(t, table, method))
-  return best, rows, t.order
+  n, q = len(table), logits.shape[0]
+  nb = -(-n // _BEST_BLOCK)
+  blocks = _subset_major(t, table, method, nb * _BEST_BLOCK, -jnp.inf).reshape(nb, _BEST_BLOCK, q)
+  block_max = jnp.max(blocks, axis=1)                                    # [nb, Q]
+  block = jnp.argmax(block_max, axis=0)                                  # first block with it
+  inside = jnp.take_along_axis(blocks, block[None, None, :], axis=0)[0]  # [block, Q]
+  row = block * _BEST_BLOCK + jnp.argmax(inside, axis=0)
+  # NaN scores could point past the table; clamp so the row still indexes it.
+  return jnp.max(block_max, axis=0), jnp.minimum(row, n - 1).astype(jnp.int32), t.order
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
@@ -602,20 +634,8 @@ def best_subset(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
   _check_inputs(logits, pairs, table)
   if method not in ("gather", "colex"):
     return best_sets(SCORERS[method](logits, pairs, table), table, k=1)
-  q = logits.shape[0]
-  # A symbolic batch (jax.export's "q") cannot be split at trace time: one chunk of any size.
-  full = q // BEST_CHUNK if isinstance(q, int) and q > BEST_CHUNK else 0
-  parts = []
-  if full:
-    n = full * BEST_CHUNK
-    chunked = (logits[:n].reshape(full, BEST_CHUNK, -1),
-               pairs[:n].reshape(full, BEST_CHUNK, *pairs.shape[1:]))
-    b, r, o = jax.lax.map(lambda a: _best_rows_query_last(a[0], a[1], table, method), chunked)
-    parts.append((b.reshape(n), r.reshape(n), o.reshape(n, -1)))
-  if not full or q - full * BEST_CHUNK:
-    lo = full * BEST_CHUNK
-    parts.append(_best_rows_query_last(logits[lo:], pairs[lo:], table, method))
-  best, rows, order = (jnp.concatenate(x) for x in zip(*parts))
+  best, rows, order = _map_chunks(
+      lambda lg, pr: _best_rows_query_last(lg, pr, table, method), logits, pairs, BEST_CHUNK)
   members = jnp.asarray(table.members)[rows]                             # [Q, M]
   mask = jnp.asarray(table.mask)[rows]
   positions = jnp.take_along_axis(order, members, axis=1)
