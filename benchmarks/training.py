@@ -14,18 +14,19 @@ import sys
 import time
 
 
-def main() -> None:
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                             " --xla_force_host_platform_device_count=8").strip()
+def rows(device_counts=(1, 8), *, n_tools: int = 2000, dim: int = 384, batch: int = 256,
+         repeats: int = 5, seed: int = 0) -> list[dict]:
+  """One timed ``train.make_step_fn`` step per device count (the default config's K_neg, M),
+  on random tools and queries; a JSON-able row each. Needs max(device_counts) devices."""
   import jax
   import numpy as np
-  from hyset_jax import config as config_lib
-  from hyset_jax import batches, model, sharding, train
 
-  n_tools, dim, batch, repeats = 2000, 384, 256, 5
+  from hyset_jax import batches, model, sharding, train
+  from hyset_jax import config as config_lib
+
   cfg = config_lib.Config()
   mc, tc = cfg.model, cfg.train
-  rng = np.random.default_rng(0)
+  rng = np.random.default_rng(seed)
   tools = rng.normal(size=(n_tools, dim)).astype(np.float32)
   k_neg, m = tc.k_neg, mc.max_set_size
   members = rng.integers(0, n_tools, size=(batch, k_neg, m)).astype(np.int32)
@@ -37,17 +38,15 @@ def main() -> None:
       "selected": np.zeros(batch, np.int32),
       "reward": np.ones(batch, np.float32),
   }
-  rows = []
-  for devices in (1, 8):
+  out = []
+  for devices in device_counts:
     mesh = sharding.make_mesh(devices)
     optimizer = train.make_optimizer(tc)
-    theta = model.init_theta(tools, dim, mc, seed=0)
+    theta = model.init_theta(tools, dim, mc, seed=seed)
     state = train.TrainState(theta, optimizer.init(theta))
     step = train.make_step_fn(mesh, mc, tc, optimizer)
-    shard = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
-    rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-    state = jax.device_put(state, rep)
-    b = jax.device_put(batches.Batch(**host_batch), shard)
+    state = jax.device_put(state, sharding.replicated(mesh))
+    b = jax.device_put(batches.Batch(**host_batch), sharding.batch_rows(mesh))
     start = time.perf_counter()
     compiled = step.lower(state, b).compile()
     compile_s = time.perf_counter() - start
@@ -63,11 +62,17 @@ def main() -> None:
       jax.block_until_ready(metrics)
       times.append(time.perf_counter() - start)
     t = sorted(times)[len(times) // 2]
-    rows.append({"devices": devices, "batch": batch, "k_neg": k_neg, "n_tools": n_tools,
-                 "dim": dim, "examples_per_s": batch / t, "step_s": t, "times_s": times,
-                 "compile_s": compile_s, "peak_bytes_per_device": peak,
-                 "loss_finite": bool(np.isfinite(float(metrics["loss"])))})
-  print(json.dumps({"status": "ok", "rows": rows}))
+    out.append({"devices": devices, "batch": batch, "k_neg": k_neg, "n_tools": n_tools,
+                "dim": dim, "examples_per_s": batch / t, "step_s": t, "times_s": times,
+                "compile_s": compile_s, "peak_bytes_per_device": peak,
+                "loss_finite": bool(np.isfinite(float(metrics["loss"])))})
+  return out
+
+
+def main() -> None:
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                             " --xla_force_host_platform_device_count=8").strip()
+  print(json.dumps({"status": "ok", "rows": rows()}))
 
 
 if __name__ == "__main__":

@@ -71,3 +71,15 @@ def test_method_and_ranking_names_come_from_one_place():
   with pytest.raises(SystemExit):
     parser.parse_args(["predict", "--model", "m", "--query-embeddings", "q.npy",
                        "--out", "o.jsonl", "--ranking", "magic"])
+
+
+def test_training_benchmark_runs_a_sharded_step():
+  """benchmarks/training.py (the training row of run_all) against today's train/sharding API."""
+  import jax
+
+  from benchmarks import training
+  devices = (min(2, jax.device_count()),)   # one compile: the sharded step when there are 2
+  rows = training.rows(devices, n_tools=64, dim=16, batch=8, repeats=1)
+  assert [r["devices"] for r in rows] == list(devices)
+  for r in rows:
+    assert r["loss_finite"] and r["examples_per_s"] > 0 and r["peak_bytes_per_device"] > 0
