@@ -245,20 +245,24 @@ def _row_pieces(sizes: list[int]) -> list[list[tuple[int, int]]]:
 SCORES_CHUNK = 16
 
 
-def _map_chunks(fn, logits: jax.Array, pairs: jax.Array, chunk: int):
-  """``fn(logits, pairs)`` over query chunks of ``chunk`` (``lax.map``; a remainder is one
-  smaller chunk), outputs concatenated along queries. Every output of ``fn`` must be
-  query-major. A symbolic batch (jax.export's "q") cannot be split at trace time: one chunk."""
-  q = logits.shape[0]
+def map_query_chunks(fn, chunk: int, *arrays: jax.Array):
+  """``fn(*arrays)`` over query chunks of ``chunk`` rows (``lax.map``; a remainder is one
+  smaller chunk), the outputs concatenated along queries.
+
+  For work whose working set must stay in cache: every array and every output of ``fn`` has
+  queries on its leading axis. A symbolic batch (jax.export's "q") cannot be split at trace
+  time: it is one chunk.
+  """
+  q = arrays[0].shape[0]
   full = q // chunk if isinstance(q, int) and q > chunk else 0
   if not full:
-    return fn(logits, pairs)
+    return fn(*arrays)
   n = full * chunk
-  chunked = (logits[:n].reshape(full, chunk, -1), pairs[:n].reshape(full, chunk, *pairs.shape[1:]))
-  out = jax.lax.map(lambda a: fn(a[0], a[1]), chunked)
+  out = jax.lax.map(lambda a: fn(*a), tuple(x[:n].reshape(full, chunk, *x.shape[1:])
+                                            for x in arrays))
   parts = [jax.tree.map(lambda x: x.reshape(n, *x.shape[2:]), out)]
   if q > n:
-    parts.append(fn(logits[n:], pairs[n:]))
+    parts.append(fn(*(x[n:] for x in arrays)))
   return jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
 
 
@@ -273,7 +277,7 @@ def _scores_query_major(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
   def one(lg, pr):
     t = _sorted_tables(lg, pr)
     return _subset_major(t, table, method).T, t.order
-  return SubsetScores(*_map_chunks(one, logits, pairs, SCORES_CHUNK))
+  return SubsetScores(*map_query_chunks(one, SCORES_CHUNK, logits, pairs))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -634,8 +638,8 @@ def best_subset(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
   _check_inputs(logits, pairs, table)
   if method not in ("gather", "colex"):
     return best_sets(SCORERS[method](logits, pairs, table), table, k=1)
-  best, rows, order = _map_chunks(
-      lambda lg, pr: _best_rows_query_last(lg, pr, table, method), logits, pairs, BEST_CHUNK)
+  best, rows, order = map_query_chunks(
+      lambda lg, pr: _best_rows_query_last(lg, pr, table, method), BEST_CHUNK, logits, pairs)
   members = jnp.asarray(table.members)[rows]                             # [Q, M]
   mask = jnp.asarray(table.mask)[rows]
   positions = jnp.take_along_axis(order, members, axis=1)
