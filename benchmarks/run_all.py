@@ -186,6 +186,7 @@ def main(argv=None) -> int:
         f"{r['devices']} device(s) {r['examples_per_s']:,.0f} ex/s" for r in tr.get("rows", [])))
 
   results["wall_s"] = time.time() - started
+  results["load_avg_end"] = round(os.getloadavg()[0], 2)
   (out_dir / "speed.json").write_text(json.dumps(results, indent=1) + "\n")
   write_report(results, out_dir, ref, peak, floor)
   log(f"wrote {out_dir}/speed.md, speed.json and speed_*.png")
@@ -199,8 +200,14 @@ def write_report(results, out_dir: pathlib.Path, ref: float, peak: float, floor:
   md = [f"# hyset-jax speed: subset enumeration, end to end, training step\n",
         f"`{results['command']}` — {results['date']}, {m['cpu']}, {m['nproc']} cores, "
         f"JAX {m['jax']} ({m['backend']}, {m['devices']}), NumPy {m['numpy']}, load average "
-        f"{m.get('load_avg_1m', '?')} at start; run took {results['wall_s'] / 60:.1f} min. "
-        f"Allocator: {results['allocator']}.\n",
+        f"{m.get('load_avg_1m', '?')} at start and {results.get('load_avg_end', '?')} at the "
+        f"end (1-minute load average, 2 cores: above ~2 other work shared the machine); run "
+        f"took {results['wall_s'] / 60:.1f} min. Allocator: {results['allocator']}.\n",
+        ("**GPU:** not run in this run (CPU backend); `benchmarks/gpu.sh OUT_DIR` is the "
+         "prepared script.\n" if m["backend"] == "cpu" else ""),
+        "Throughput here is only comparable as ratios within this run. The JAX rows score "
+        "queries in cache-sized chunks on one core, so they slow down more than NumPy when "
+        "other work shares the machine (benchmarks/README.md, *Caches*).\n",
         f"Measured in this run: f32 matmul peak **{peak:.1f} GFLOP/s**; writing the "
         f"f32[{results['write_floor_s']['batch']}, {results['write_floor_s']['n_subsets']}] "
         f"score matrix once takes **{floor * 1e3:.1f} ms** (the write floor). Minimal work: "
