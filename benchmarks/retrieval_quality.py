@@ -8,11 +8,12 @@ best-by-validation model on the test split. Rows:
 - BM25 / dense (frozen MiniLM) / BM25+dense RRF, through ``hyset eval``'s retrievers;
 - HYSET untrained (= dense);
 - HYSET, paper configuration: the config with the paper's choices put back (Eq. 10 with the
-  50/30/20 mix, no per-tool loss, no shortlist negatives, linear P, no conditioned term, greedy
-  ranking) — for ``--config toollens`` this is ``--config paper``;
+  50/30/20 mix, no per-tool loss, no shortlist negatives, no exhaustive-shortlist loss, linear
+  P, no conditioned term, greedy ranking) — for ``--config toollens`` this is ``--config paper``;
 - HYSET, preset: the config as shipped;
 - ablations on the preset (``--ablation-seeds``; ``--ablations TAG…`` picks some): no query tower,
-  no conditioned term, no per-tool loss, no F_set, identity M, one shared M;
+  no conditioned term, no per-tool loss, no exhaustive-shortlist loss, no F_set, identity M, one
+  shared M;
 - the first preset seed's model under every ranking (greedy, logit, set-first);
 - trained baselines on the same frozen embeddings (hyset_jax.retrievers.trained, seeded like
   HYSET): per-tool linear and MLP heads (per-tool softmax loss; set = top 5, and again with a
@@ -162,7 +163,10 @@ def multi_tool_hyset_rows(config, data, sub, runs: pathlib.Path, args) -> dict:
   rows: dict[str, list[dict]] = {}
   for label, tag in (("HYSET, paper configuration", "paper"), ("HYSET, preset", "preset")):
     for seed in args.seeds:
-      best = modeldir.load_model_dir(runs / f"{args.tag}_{tag}_s{seed}" / "best")
+      run = runs / f"{args.tag}_{tag}_s{seed}"
+      if not (run / "best").exists():
+        continue                     # a row run with fewer seeds (--paper-seeds)
+      best = modeldir.load_model_dir(run / "best")
       rows.setdefault(label, []).append(evaluate_split(best.params, sub, data.tool_ids,
                                                        config.model, 256, ranking=best.ranking))
   return rows
@@ -189,10 +193,12 @@ def main() -> None:
                       help="data set to run the config on instead of its own (data.spec)")
   parser.add_argument("--tag", help="names the outputs and run directories (default: --config)")
   parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+  parser.add_argument("--paper-seeds", type=int, nargs="*",
+                      help="seeds of the paper-configuration row (default: --seeds)")
   parser.add_argument("--ablation-seeds", type=int, nargs="+", default=[0])
   parser.add_argument("--ablations", nargs="*", metavar="TAG",
-                      help="only these ablation rows (tags: notower nocond notool noset identity "
-                           "shared ztrain; none given: no ablations; default: all)")
+                      help="only these ablation rows (tags: notower nocond notool noenum noset "
+                           "identity shared ztrain; none given: no ablations; default: all)")
   parser.add_argument("--runs", default="runs/results")
   parser.add_argument("--multi-tool", action="store_true",
                       help="also a table on the test queries with ≥ 2 gold tools")
@@ -228,13 +234,17 @@ def main() -> None:
   # The paper's configuration (configs/paper.py: Eq. 10 objective, linear P, no conditioned
   # term, greedy ranking) on the same data, beside the preset; ablations remove one addition
   # (or one part of F_set) from the preset at a time.
-  paper = ["train.tool_loss_weight=0", "train.shortlist_negatives=0", "model.tower_depth=0",
-           "model.conditioned=false", "model.ranking=greedy"]
-  variants = [("HYSET, paper configuration", "paper", paper, args.seeds),
+  paper = ["train.tool_loss_weight=0", "train.shortlist_negatives=0",
+           "train.exhaustive_loss_weight=0", "model.tower_depth=0", "model.conditioned=false",
+           "model.ranking=greedy"]
+  paper_seeds = args.seeds if args.paper_seeds is None else args.paper_seeds
+  variants = [("HYSET, paper configuration", "paper", paper, paper_seeds),
               ("HYSET, preset", "preset", [], args.seeds)]
   ablations = [("preset, no query tower", "notower", ["model.tower_depth=0"]),
                ("preset, no conditioned term", "nocond", ["model.conditioned=false"]),
                ("preset, no per-tool loss", "notool", ["train.tool_loss_weight=0"]),
+               ("preset, no exhaustive-shortlist loss", "noenum",
+                ["train.exhaustive_loss_weight=0"]),
                ("preset, no F_set", "noset", ["model.interaction=none"]),
                ("preset, identity M", "identity", ["model.interaction=identity"]),
                ("preset, one shared M", "shared", ["model.interaction=shared"])]
