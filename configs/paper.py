@@ -1,6 +1,7 @@
 """The paper's configuration on ToolLens (§2.4, Eq. 10): InfoNCE over pools with the 50/30/20
 uniform / in-batch / hard mix, no per-tool loss, no shortlist negatives, the linear P (no query
-tower), the query-independent F_set (no conditioned term) and greedy marginal-gain ranking. Kept so its numbers stay reproducible beside the preset.
+tower), the query-independent F_set (no conditioned term), no exhaustive-shortlist loss and greedy
+marginal-gain ranking. Kept so its numbers stay reproducible beside the preset.
 """
 from hyset_jax.config import Config
 from hyset_jax.configs import toollens
@@ -11,6 +12,7 @@ def get_config() -> Config:
   c.name = "paper"
   c.train.tool_loss_weight = 0.0
   c.train.shortlist_negatives = 0.0
+  c.train.exhaustive_loss_weight = 0.0
   c.model.tower_depth = 0
   c.model.conditioned = False
   c.model.ranking = "greedy"

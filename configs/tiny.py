@@ -14,4 +14,5 @@ def get_config() -> Config:
   c.train.patience, c.train.eval_batch_size = 100, 64
   # The paper's objective: tiny checks the method, not the preset's additions.
   c.train.tool_loss_weight, c.train.shortlist_negatives = 0.0, 0.0
+  c.train.exhaustive_loss_weight = 0.0
   return c
