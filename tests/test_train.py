@@ -1,4 +1,5 @@
 """Training: negatives, losses, sharded steps, resume, and a real run on the tiny config."""
+import dataclasses
 import json
 
 import jax
@@ -74,7 +75,8 @@ def test_one_step_on_eight_devices_equals_one_device():
   assert jax.device_count() == 8
   data = synthetic_data()
   c = small_config(batch_size=16)
-  mc, tc = c.model, c.train
+  # With the exhaustive-shortlist loss on: its enumeration runs on rows sharded over devices.
+  mc, tc = c.model, dataclasses.replace(c.train, exhaustive_loss_weight=1.0)
   optimizer = train.make_optimizer(tc)
   qs = data.splits["train"]
   idx = np.arange(16)
@@ -82,9 +84,10 @@ def test_one_step_on_eight_devices_equals_one_device():
   nbrs = np.zeros((16, 3, 4), np.int32)
   pools = negatives.sample_pools(gold, range(16), num_tools=40, k_neg=12, max_size=3,
                                  mix=tc.negative_mix, neighbors=nbrs, seed=0, step=0)
+  rng = np.random.default_rng(0)
+  shortlists = np.stack([rng.permutation(40)[:mc.k_pool] for _ in idx]).astype(np.int32)
   batch = batches.Batch(qs.embeddings[idx], pools.members, pools.mask,
-                        np.zeros(16, np.int32), np.zeros(16, np.float32),
-                        np.zeros((16, 0), np.int32))
+                        np.zeros(16, np.int32), np.zeros(16, np.float32), shortlists)
   out = []
   for n in (1, 8):
     mesh = sharding.make_mesh(n)
@@ -94,6 +97,7 @@ def test_one_step_on_eight_devices_equals_one_device():
     for _ in range(3):
       state, metrics = step(state, batch)
     assert len(state.theta["z"].sharding.device_set) == n
+    assert np.isfinite(float(metrics["loss_enum"]))
     out.append(jax.device_get(state.theta))
   for k in out[0]:
     np.testing.assert_allclose(out[0][k], out[1][k], atol=1e-5)
