@@ -11,6 +11,7 @@ from hyset_jax import cli
 from test_predict_cli import M, D, write_model_dir
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("batch", [4])
 def test_onnx_matches_predict(tmp_path, batch):
   _, info = write_model_dir(tmp_path / "model", seed=3)
