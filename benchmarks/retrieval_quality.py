@@ -7,12 +7,13 @@ best-by-validation model on the test split. Rows:
 
 - BM25 / dense (frozen MiniLM) / BM25+dense RRF, through ``hyset eval``'s retrievers;
 - HYSET untrained (= dense);
-- HYSET, paper objective: Eq. 10 with the 50/30/20 mix (``tool_loss_weight=0``,
-  ``shortlist_negatives=0``);
-- HYSET, preset: the config as shipped (per-tool loss + shortlist negatives);
-- ablations on the preset (paper §3.3): no F_set, identity M, one shared M;
-- the preset model ranked by stage-1 ℓ instead of greedy marginal gain, and its greedy top-|Ê|
-  as a set instead of the exact argmax Ê;
+- HYSET, paper configuration: the config with the paper's choices put back (Eq. 10 with the
+  50/30/20 mix, no per-tool loss, no shortlist negatives, linear P, no conditioned term, greedy
+  ranking) — for ``--config toollens`` this is ``--config paper``;
+- HYSET, preset: the config as shipped;
+- ablations on the preset (``--ablation-seeds``; ``--ablations TAG…`` picks some): no query tower,
+  no conditioned term, no per-tool loss, no F_set, identity M, one shared M;
+- the first preset seed's model under every ranking (greedy, logit, set-first);
 - trained baselines on the same frozen embeddings (hyset_jax.retrievers.trained, seeded like
   HYSET): per-tool linear and MLP heads (per-tool softmax loss; set = top 5, and again with a
   validation-chosen probability threshold as the set) and the set classifier over the training
@@ -56,22 +57,15 @@ def run_hyset(config_name: str, variant: str, overrides: list[str], seed: int,
   return summary
 
 
-def rank_variants(model_dir: pathlib.Path, data, test) -> dict[str, dict]:
-  """The preset model ranked by ℓ alone, and its greedy top-|Ê| used as the set."""
-  from hyset_jax import inference, metrics, modeldir
+def ranking_rows(model_dir: pathlib.Path, data, test, mc) -> dict[str, dict]:
+  """The preset model under every ranking (the set Ê is the same under all of them)."""
+  from hyset_jax import inference, modeldir
+  from hyset_jax.evaluation import evaluate_split
   md = modeldir.load_model_dir(model_dir)
-  p = md.params
-  pred = inference.predict_batched(p, test.embeddings, k1=md.k1, k_pool=md.k_pool,
-                                   max_size=md.max_set_size)
-  ids = np.asarray(data.tool_ids, dtype=object)
-  gold = [[data.tool_ids[t] for t in g] for g in test.gold]
-  ell = test.embeddings @ p.projection @ p.tool_embeddings.T
-  stage1 = [ids[r].tolist() for r in np.argsort(-ell, axis=1)[:, :md.k_pool]]
-  exact_sets = [ids[t[:k]].tolist() for t, k in zip(pred.set_tools, pred.set_size)]
-  greedy = [ids[r].tolist() for r in pred.ranking]
-  greedy_sets = [r[:k] for r, k in zip(greedy, pred.set_size)]
-  return {"ranked by ℓ (stage 1), set Ê": metrics.evaluate(stage1, gold, exact_sets),
-          "greedy ranking, set = greedy top-|Ê|": metrics.evaluate(greedy, gold, greedy_sets)}
+  chosen = md.ranking or inference.DEFAULT_RANKING
+  return {f"ranking {r}" + (" (chosen on validation)" if r == chosen else ""):
+          evaluate_split(md.params, test, data.tool_ids, mc, 256, ranking=r)
+          for r in inference.RANKINGS}
 
 
 def baselines(config, data, test) -> dict[str, dict]:
@@ -166,11 +160,11 @@ def multi_tool_hyset_rows(config, data, sub, runs: pathlib.Path, args) -> dict:
   from hyset_jax import modeldir
   from hyset_jax.evaluation import evaluate_split
   rows: dict[str, list[dict]] = {}
-  for label, tag in (("HYSET, paper objective (Eq. 10)", "paper"), ("HYSET, preset", "preset")):
+  for label, tag in (("HYSET, paper configuration", "paper"), ("HYSET, preset", "preset")):
     for seed in args.seeds:
       best = modeldir.load_model_dir(runs / f"{args.tag}_{tag}_s{seed}" / "best")
       rows.setdefault(label, []).append(evaluate_split(best.params, sub, data.tool_ids,
-                                                       config.model, 256))
+                                                       config.model, 256, ranking=best.ranking))
   return rows
 
 
@@ -196,6 +190,9 @@ def main() -> None:
   parser.add_argument("--tag", help="names the outputs and run directories (default: --config)")
   parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
   parser.add_argument("--ablation-seeds", type=int, nargs="+", default=[0])
+  parser.add_argument("--ablations", nargs="*", metavar="TAG",
+                      help="only these ablation rows (tags: notower nocond notool noset identity "
+                           "shared ztrain; none given: no ablations; default: all)")
   parser.add_argument("--runs", default="runs/results")
   parser.add_argument("--multi-tool", action="store_true",
                       help="also a table on the test queries with ≥ 2 gold tools")
@@ -228,26 +225,32 @@ def main() -> None:
   rows = {name: {k: [v] for k, v in baselines(config, data, subset(test, keep)).items()}
           for name, keep in subsets.items()}
   costs: dict[str, list[float]] = {}
-  paper = ["train.tool_loss_weight=0", "train.shortlist_negatives=0"]
-  variants = [("HYSET, paper objective (Eq. 10)", "paper", paper, args.seeds),
-              ("HYSET, preset", "preset", [], args.seeds),
-              ("preset, no F_set", "noset", ["model.interaction=none"], args.ablation_seeds),
-              ("preset, identity M", "identity", ["model.interaction=identity"],
-               args.ablation_seeds),
-              ("preset, one shared M", "shared", ["model.interaction=shared"],
-               args.ablation_seeds)]
+  # The paper's configuration (configs/paper.py: Eq. 10 objective, linear P, no conditioned
+  # term, greedy ranking) on the same data, beside the preset; ablations remove one addition
+  # (or one part of F_set) from the preset at a time.
+  paper = ["train.tool_loss_weight=0", "train.shortlist_negatives=0", "model.tower_depth=0",
+           "model.conditioned=false", "model.ranking=greedy"]
+  variants = [("HYSET, paper configuration", "paper", paper, args.seeds),
+              ("HYSET, preset", "preset", [], args.seeds)]
+  ablations = [("preset, no query tower", "notower", ["model.tower_depth=0"]),
+               ("preset, no conditioned term", "nocond", ["model.conditioned=false"]),
+               ("preset, no per-tool loss", "notool", ["train.tool_loss_weight=0"]),
+               ("preset, no F_set", "noset", ["model.interaction=none"]),
+               ("preset, identity M", "identity", ["model.interaction=identity"]),
+               ("preset, one shared M", "shared", ["model.interaction=shared"])]
   if not config.model.train_tool_embeddings:
-    variants.append(("preset, Z trained (paper)", "ztrain", ["model.train_tool_embeddings=true"],
-                     args.ablation_seeds))
+    ablations.append(("preset, Z trained (paper)", "ztrain", ["model.train_tool_embeddings=true"]))
+  variants += [(label, tag, o, args.ablation_seeds) for label, tag, o in ablations
+               if args.ablations is None or tag in args.ablations]
   for label, tag, overrides, seeds in [] if args.baselines_only else variants:
     for seed in seeds:
       summary = run_hyset(args.config, tag, data_override + overrides, seed, runs, args.tag)
       rows["all"].setdefault(label, []).append(summary["test"])
       costs.setdefault(label, []).append(summary["wall_s"])
       if tag == "preset" and seed == seeds[0]:
-        for name, m in rank_variants(pathlib.Path(summary["workdir"]) / "best", data,
-                                     test).items():
-          rows["all"][f"preset, {name}"] = [m]
+        for name, m in ranking_rows(pathlib.Path(summary["workdir"]) / "best", data, test,
+                                    config.model).items():
+          rows["all"][f"preset seed {seed}, {name}"] = [m]
   if "multi" in subsets and not args.baselines_only:
     rows["multi"].update(multi_tool_hyset_rows(config, data, subset(test, multi), runs, args))
   trained, fit_costs = trained_baselines(config, data, test, subsets, args.seeds,

@@ -28,12 +28,15 @@ class Batch(NamedTuple):
     mask: bool[b, K_neg, M].
     selected: int32[b], the pool position of the model-selected set Ê (Eq. 9).
     reward: f32[b], ρ of Ê (0 when the query has none).
+    shortlist: int32[b, K_pool] each query's current inference shortlist (Eq. 12-13), for the
+      exhaustive-shortlist loss; int32[b, 0] when that loss is off.
   """
   query: np.ndarray
   members: np.ndarray
   mask: np.ndarray
   selected: np.ndarray
   reward: np.ndarray
+  shortlist: np.ndarray
 
 
 def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
@@ -91,7 +94,7 @@ def make_batch(step: int, params: HysetParams, queries: QuerySet, rows: Sequence
   nbrs = np.asarray(gold_neighbors(params.tool_embeddings, pad_sets(gold, mc.max_set_size),
                                    tc.hard_neighbors))
   shortlists = None
-  if tc.shortlist_negatives:
+  if tc.shortlist_negatives or tc.exhaustive_loss_weight:
     shortlists = np.asarray(_shortlist(params, queries.embeddings[idx], k1=mc.k1,
                                        k_pool=mc.k_pool, max_size=mc.max_set_size).tools)
   targets = [rewards.get(int(i), (None, 0.0)) for i in idx]
@@ -100,5 +103,7 @@ def make_batch(step: int, params: HysetParams, queries: QuerySet, rows: Sequence
                                  seed=tc.seed, step=step, forced=[e for e, _ in targets],
                                  shortlists=shortlists, shortlist_fraction=tc.shortlist_negatives)
   reward = np.array([targets[r][1] for r in rows], np.float32)
+  listed = (shortlists[list(rows)] if tc.exhaustive_loss_weight
+            else np.zeros((len(rows), 0), np.int32))
   return Batch(queries.embeddings[idx[list(rows)]], pools.members, pools.mask, pools.selected,
-               reward)
+               reward, listed.astype(np.int32))

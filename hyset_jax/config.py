@@ -105,6 +105,10 @@ class TrainConfig:
   eta: float = 0.0                    # η, weight of L_self (0 disables it)
   # μ, weight of an auxiliary per-tool loss on ℓ (losses.tool_loss); 0 = the paper's Eq. 10.
   tool_loss_weight: float = 0.0
+  # ν, weight of the exhaustive-shortlist loss (losses.exhaustive_loss): −log softmax of E* over
+  # every subset of the query's current shortlist — the competition of the Eq. 14 argmax.
+  # Not in the paper; 0 = off.
+  exhaustive_loss_weight: float = 0.0
   interaction_l2: float = 1e-4        # λ
   log_every: int = 50
   eval_every: int = 250
@@ -167,8 +171,9 @@ def validate(config: Config) -> Config:
       raise UserError(f"train.{name} must be ≥ 1, got {getattr(t, name)}")
   if t.learning_rate <= 0:
     raise UserError(f"train.learning_rate must be > 0, got {t.learning_rate}")
-  if t.eta < 0 or t.interaction_l2 < 0 or t.tool_loss_weight < 0:
-    raise UserError("train.eta, train.interaction_l2 and train.tool_loss_weight must be ≥ 0")
+  if min(t.eta, t.interaction_l2, t.tool_loss_weight, t.exhaustive_loss_weight) < 0:
+    raise UserError("train.eta, train.interaction_l2, train.tool_loss_weight and "
+                    "train.exhaustive_loss_weight must be ≥ 0")
   if not 0 < config.data.validation_fraction < 1:
     raise UserError(f"data.validation_fraction must be in (0, 1), got "
                     f"{config.data.validation_fraction}")

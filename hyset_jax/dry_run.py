@@ -94,8 +94,10 @@ def abstract_batch(tc: config_lib.TrainConfig, mc: config_lib.ModelConfig, query
   rows = sharding.batch_rows(mesh)
   b, c, m = tc.batch_size, tc.k_neg, mc.max_set_size
   spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=rows)  # noqa: E731
+  listed = mc.k_pool if tc.exhaustive_loss_weight else 0
   return batches.Batch(spec((b, query_dim), jnp.float32), spec((b, c, m), jnp.int32),
-                       spec((b, c, m), jnp.bool_), spec((b,), jnp.int32), spec((b,), jnp.float32))
+                       spec((b, c, m), jnp.bool_), spec((b,), jnp.int32), spec((b,), jnp.float32),
+                       spec((b, listed), jnp.int32))
 
 
 def compile_step(step_fn, state, batch, mesh: jax.sharding.Mesh) -> tuple[object, StepReport]:

@@ -138,7 +138,7 @@ def joint_loss(params: dict[str, Any], frozen, batch: dict[str, Any], *, spec,
   from the encoder.
 
   batch: ``members`` int32[B, K_neg, M], ``mask`` bool[B, K_neg, M] (gold at pool position
-  0), and ``text`` (the encoder's input, see :func:`hyset_jax.encoder.tuning.forward`) or
+  0), ``shortlist`` int32[B, K_pool] (for the exhaustive-shortlist loss), and ``text`` (the encoder's input, see :func:`hyset_jax.encoder.tuning.forward`) or
   ``query`` f32[B, d_r].
 
   Returns:
@@ -148,7 +148,8 @@ def joint_loss(params: dict[str, Any], frozen, batch: dict[str, Any], *, spec,
   b = query.shape[0]
   # No Ê here: selected and ρ are 0, so L_self vanishes (rewards are refused in finetune).
   loss, parts = train.objective(params["theta"], query, batch["members"], batch["mask"],
-                          jnp.zeros(b, jnp.int32), jnp.zeros(b, jnp.float32), mc=mc, tc=tc)
+                                jnp.zeros(b, jnp.int32), jnp.zeros(b, jnp.float32),
+                                batch.get("shortlist"), mc=mc, tc=tc)
   return loss, (parts, jax.lax.stop_gradient(query))
 
 
@@ -329,7 +330,8 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
                                 dataclasses.replace(train_qs, embeddings=current),
                                 range(tc.batch_size), num_tools=len(data.tool_ids), mc=mc, tc=tc,
                                 rewards={})
-    batch: dict[str, Any] = {"members": pooled.members, "mask": pooled.mask}
+    batch: dict[str, Any] = {"members": pooled.members, "mask": pooled.mask,
+                             "shortlist": pooled.shortlist}
     if spec is None:
       batch["query"] = pooled.query
     else:

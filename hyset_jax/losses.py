@@ -70,6 +70,33 @@ def tool_loss(tool_logits: jax.Array, gold: jax.Array, gold_mask: jax.Array) -> 
   return -jnp.mean(per_query)
 
 
+def exhaustive_loss(subset_scores: jax.Array, gold_score: jax.Array,
+                    gold_listed: jax.Array) -> jax.Array:
+  """−log softmax of E* among every subset of the shortlist (and E* itself when it is not one).
+
+  Not in the paper (an optional term, ``train.exhaustive_loss_weight``). The pool loss of
+  Eq. 8 ranks E* against K_neg − 1 sampled sets; at inference E* has to win the argmax of
+  Eq. 14 against all C(K_pool, ≤ M) subsets of the shortlist, most of them never sampled. This
+  term trains against exactly that competition.
+
+  Args:
+    subset_scores: f32[B, n] F of every subset of each query's shortlist (any order).
+    gold_score: f32[B] F(E*).
+    gold_listed: bool[B] whether E* is among those subsets (then it is not added again).
+
+  Returns:
+    f32[] mean over the batch.
+
+  >>> import numpy as np
+  >>> s = np.zeros((2, 3))
+  >>> round(float(exhaustive_loss(s, np.zeros(2), np.array([True, False]))), 4)  # (log 3 + log 4)/2
+  1.2425
+  """
+  extra = jnp.where(gold_listed, -jnp.inf, gold_score)[:, None]
+  lse = jax.nn.logsumexp(jnp.concatenate([subset_scores, extra], axis=1), axis=1)
+  return jnp.mean(lse - gold_score)
+
+
 def interaction_penalty(interactions: jax.Array) -> jax.Array:
   """Σ_m ‖M_m‖²_F (the λ term of Eq. 10). f32[M−1, d, d] -> f32[]."""
   return jnp.sum(jnp.square(interactions))

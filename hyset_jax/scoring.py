@@ -272,8 +272,16 @@ def shortlist_pairs(params: HysetParams, query_emb: jax.Array, tools: jax.Array)
   Returns:
     f32[Q, M − 1, K, K], symmetric in the last two axes.
   """
-  emb = params.tool_embeddings[tools]                                  # [Q, K, d]
-  pairs = pair_matrices(emb, params.interactions)
+  z = params.tool_embeddings
+  emb = z[tools]                                                       # [Q, K, d]
+  q, k = tools.shape
+  if q * k > z.shape[0]:
+    # More shortlist slots than tools (training batches, batched predict on a small library):
+    # Z M_m once for the library, then gathered — the same products, computed once per tool.
+    keyed = jnp.einsum("nd,mde->mne", z, params.interactions)[:, tools]  # [M-1, Q, K, d]
+    pairs = jnp.einsum("mqie,qje->qmij", keyed, emb)
+  else:
+    pairs = pair_matrices(emb, params.interactions)
   qi = params.conditioned
   if qi is None:
     return pairs

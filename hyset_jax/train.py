@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from hyset_jax import batches, checkpoints, curves, dry_run, inference, losses, model, rewards
+from hyset_jax import batches, checkpoints, curves, dry_run, enumeration, inference, losses
+from hyset_jax import model, rewards
 from hyset_jax import scoring
 from hyset_jax import sharding
 from hyset_jax import config as config_lib
@@ -69,16 +70,38 @@ def make_optimizer(tc: config_lib.TrainConfig) -> optax.GradientTransformation:
   return optax.chain(optax.clip_by_global_norm(1.0), optax.adam(schedule))
 
 
+def shortlist_subset_scores(params: scoring.HysetParams, query: jax.Array,
+                            tools: jax.Array) -> jax.Array:
+  """F of every subset (1 ≤ |E| ≤ M) of each query's shortlist, differentiable in θ.
+
+  Args:
+    params: θ with M − 1 interaction matrices.
+    query: f32[B, d_r].
+    tools: int32[B, K] the shortlist's tool rows.
+
+  Returns:
+    f32[B, C(K, ≤ M)] in the enumeration's table order (under its ℓ reordering).
+  """
+  logits = jnp.einsum("bd,bkd->bk", scoring.query_vectors(params, query),
+                      params.tool_embeddings[tools])
+  pairs = scoring.shortlist_pairs(params, query, tools)
+  table = enumeration.subset_table(tools.shape[1], params.max_set_size)
+  return enumeration.score_subsets(logits, pairs, table).scores
+
+
 def objective(theta: dict[str, Any], query: jax.Array, members: jax.Array, mask: jax.Array,
-              selected: jax.Array, reward: jax.Array, *, mc: config_lib.ModelConfig,
+              selected: jax.Array, reward: jax.Array, shortlist: jax.Array | None = None, *,
+              mc: config_lib.ModelConfig,
               tc: config_lib.TrainConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """The training loss: L_ret + η L_self + λ Σ‖M_m‖² (Eq. 10) plus μ · the per-tool loss.
+  """The training loss: L_ret + η L_self + λ Σ‖M_m‖² (Eq. 10) plus μ · the per-tool loss and
+  ν · the exhaustive-shortlist loss.
 
   Args:
     theta: the trained leaves of θ.
     query: f32[B, d_r] query embeddings (frozen, or from a trainable encoder: finetune.py).
     members, mask: int32/bool[B, K_neg, M] candidate pools, the gold set at position 0.
     selected, reward: int32[B] pool position of Ê and f32[B] its ρ (0: no L_self).
+    shortlist: int32[B, K_pool] each query's shortlist (needed when ν > 0).
 
   Returns:
     (loss f32[], its parts).
@@ -95,6 +118,14 @@ def objective(theta: dict[str, Any], query: jax.Array, members: jax.Array, mask:
     parts["loss_tool"] = losses.tool_loss(logits, members[:, 0], mask[:, 0])
     loss = loss + tc.tool_loss_weight * parts["loss_tool"]
     parts["loss"] = loss
+  if tc.exhaustive_loss_weight:
+    gold, gold_mask = members[:, 0], mask[:, 0]
+    in_list = jnp.any(gold[:, :, None] == shortlist[:, None, :], axis=-1)     # [B, M]
+    parts["loss_enum"] = losses.exhaustive_loss(
+        shortlist_subset_scores(params, query, shortlist), scores[:, 0],
+        jnp.all(in_list | ~gold_mask, axis=-1))
+    loss = loss + tc.exhaustive_loss_weight * parts["loss_enum"]
+    parts["loss"] = loss
   parts["pool_acc"] = jnp.mean(jnp.argmax(scores, axis=-1) == 0)  # the gold set is at 0
   return loss, parts
 
@@ -108,7 +139,7 @@ def train_step(state: TrainState, batch: batches.Batch, *, mc: config_lib.ModelC
   """
   def loss_fn(theta):
     return objective(theta, batch.query, batch.members, batch.mask, batch.selected,
-                     batch.reward, mc=mc, tc=tc)
+                     batch.reward, batch.shortlist, mc=mc, tc=tc)
 
   (_, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.theta)
   grads = shard_grads(grads)

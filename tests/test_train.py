@@ -84,7 +84,8 @@ def test_one_step_on_eight_devices_equals_one_device():
   pools = negatives.sample_pools(gold, range(16), num_tools=40, k_neg=12, max_size=3,
                                  mix=tc.negative_mix, neighbors=nbrs, seed=0, step=0)
   batch = batches.Batch(qs.embeddings[idx], pools.members, pools.mask,
-                        np.zeros(16, np.int32), np.zeros(16, np.float32))
+                        np.zeros(16, np.int32), np.zeros(16, np.float32),
+                        np.zeros((16, 0), np.int32))
   out = []
   for n in (1, 8):
     mesh = sharding.make_mesh(n)
