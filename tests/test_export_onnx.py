@@ -23,6 +23,7 @@ def extended_tensors(seed: int, depth: int = 1, hidden: int = 5, rank: int = 3) 
 
 # The paper's model (hyset/1), and a hyset/2 model with the tower and the conditioned term,
 # ranked set-first: every tensor group and a non-default ranking go through the ONNX graphs.
+@pytest.mark.heavy
 @pytest.mark.parametrize("batch,extended", [(4, False), (4, True)])
 def test_onnx_matches_predict(tmp_path, batch, extended):
   tensors, manifest = None, None

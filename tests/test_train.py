@@ -71,6 +71,7 @@ def test_self_training_gradient_treats_selection_and_reward_as_constants():
 
 # ------------------------------------------------------------------ sharded step
 
+@pytest.mark.heavy
 def test_one_step_on_eight_devices_equals_one_device():
   assert jax.device_count() == 8
   data = synthetic_data()
@@ -110,6 +111,7 @@ def read_final(workdir):
   return load_file(str(workdir / "final" / "params.safetensors"))
 
 
+@pytest.mark.heavy
 def test_interrupted_run_resumes_to_the_same_parameters(tmp_path):
   data = synthetic_data()
   c = small_config()
@@ -135,6 +137,7 @@ def test_interrupted_run_resumes_to_the_same_parameters(tmp_path):
     train.train_and_evaluate(other, tmp_path / "split", data=data, progress=False)
 
 
+@pytest.mark.heavy
 def test_rewards_and_ablations_run(tmp_path):
   data = synthetic_data()
   c = small_config(config_lib.RewardConfig(provider="proxy", refresh_every=2, refresh_size=16),
@@ -156,6 +159,7 @@ def test_rewards_and_ablations_run(tmp_path):
       assert not np.any(m["interaction_3"])
 
 
+@pytest.mark.heavy
 def test_tiny_config_learns_on_real_toollens(tmp_path, shared_data):
   c = config_lib.resolve("tiny", [f"data.spec=beir:{shared_data / 'toollens'}"])
   summary = train.train_and_evaluate(c, tmp_path / "tiny", progress=False)
@@ -192,6 +196,7 @@ def test_config_errors_before_any_work():
   assert config_lib.from_dict(json.loads(c.to_json())) == c
 
 
+@pytest.mark.heavy
 def test_ranking_is_chosen_on_validation_and_recorded(tmp_path):
   from hyset_jax import modeldir
   from hyset_jax.evaluation import RANK_METRICS
