@@ -27,8 +27,10 @@ demo: $(STAMP)
 	$(BIN)/python -m hyset_jax.demo
 
 # pytest exits 5 when it collected nothing: treat that as failure, not success.
+# --dist worksteal: an idle worker takes half of the other's queue, so the long tests (marked
+# heavy, run first: tests/conftest.py) end up shared between the two workers.
 test: $(STAMP)
-	XLA_FLAGS=$(TEST_XLA_FLAGS) $(BIN)/python -m pytest -n 2 -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
+	XLA_FLAGS=$(TEST_XLA_FLAGS) $(BIN)/python -m pytest -n 2 --dist worksteal -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "no tests ran"; exit 1; fi; exit $$rc
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run_all

@@ -1,6 +1,32 @@
 """Before jax is imported anywhere in the test run (tests/ and the doctests in the packages):
-eight fake CPU devices, so data-parallel code paths run on any machine."""
+eight fake CPU devices, so data-parallel code paths run on any machine; and one persistent XLA
+compilation cache for the whole run.
+
+The cache is why the suite fits its time budget: many tests start real processes (the CLI,
+launchers, killed-and-restarted trainings) that each compile the same small programs again, and
+the two xdist workers compile many of the same ones. A cache hit loads the same executable the
+compiler would have produced, so nothing a test checks changes. The folder is made fresh for each
+run (the xdist workers and every subprocess inherit it through the environment) and removed at
+the end, so no run depends on an earlier one.
+"""
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+_OWN_CACHE = None
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _OWN_CACHE = tempfile.mkdtemp(prefix="hyset-test-xla-cache-")
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
+  # Cache every program (by default only those taking > 1 s to compile), and set a size limit:
+  # with one, jax locks the folder, so concurrent processes never read a half-written entry.
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+  os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(4 << 30))
+
+
+def pytest_unconfigure(config):
+  if _OWN_CACHE is not None:
+    shutil.rmtree(_OWN_CACHE, ignore_errors=True)

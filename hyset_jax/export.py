@@ -149,7 +149,8 @@ _OUTPUT_DOCS = {
     "set_tools": "tool rows of the best set, ascending shortlist position, padded with -1",
     "set_size": "number of tools in the best set",
     "set_score": "F(x, E) of the best set",
-    "ranking": "tool rows: greedy picks under F, then the rest of the shortlist by ℓ",
+    "ranking": "tool rows: the shortlist ranked by the model's ranking method "
+               "(static.ranking; docs/model.md)",
 }
 
 
@@ -167,6 +168,8 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
   from hyset_jax import inference
   # jnp arrays (not NumPy): indexing them with traced shortlists must stay in the graph.
   params = jax.tree.map(jnp.asarray, inference.truncate(model.params, max_size))
+  # The ranking the model directory records (what `hyset predict` uses without --ranking).
+  ranking = model.ranking or modeldir.DEFAULT_RANKING
 
   def stage1(query_embeddings):
     return tuple(inference.shortlist(params, query_embeddings, k1, k_pool, max_size))
@@ -175,10 +178,11 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
     # A plain tuple: the artifact must load where inference.Reranked is not registered.
     return tuple(inference.rerank(params, query_embeddings,
                                   inference.Shortlist(shortlist, shortlist_logits),
-                                  k_pool=k_pool, max_size=max_size))
+                                  k_pool=k_pool, max_size=max_size, ranking=ranking))
 
   def predict(query_embeddings):
-    p = inference.predict(params, query_embeddings, k1=k1, k_pool=k_pool, max_size=max_size)
+    p = inference.predict(params, query_embeddings, k1=k1, k_pool=k_pool, max_size=max_size,
+                          ranking=ranking)
     return (p.shortlist, p.set_tools, p.set_size, p.set_score, p.ranking)
 
   return {
@@ -217,6 +221,7 @@ def write_stablehlo(out: str | os.PathLike, model: modeldir.ModelDir, *, force: 
       "batch_dimension": "q: symbolic, any number of queries ≥ 1",
       "static": {"k1": k1, "k_pool": k_pool, "max_set_size": m, "num_tools": n,
                  "query_dim": d_r, "tool_dim": d_z, "method": "gather",
+                 "ranking": model.ranking or modeldir.DEFAULT_RANKING,
                  "query_encoder": model.query_encoder},
       "tool_ids": list(model.tool_ids),
       "functions": {},

@@ -53,6 +53,7 @@ def test_exhaustive_loss_has_a_gradient_through_the_enumeration():
   assert g[t, k] == pytest.approx(numeric, rel=2e-2, abs=2e-3)
 
 
+@pytest.mark.heavy
 def test_tiny_training_with_the_exhaustive_loss_logs_it_and_learns(tmp_path):
   cfg = config_lib.resolve("tiny", ["train.exhaustive_loss_weight=1", "train.num_steps=30",
                                     "train.eval_every=30", "train.checkpoint_every=30"])

@@ -11,9 +11,25 @@ from hyset_jax import cli
 from test_predict_cli import M, D, write_model_dir
 
 
-@pytest.mark.parametrize("batch", [4])
-def test_onnx_matches_predict(tmp_path, batch):
-  _, info = write_model_dir(tmp_path / "model", seed=3)
+def extended_tensors(seed: int, depth: int = 1, hidden: int = 5, rank: int = 3) -> dict:
+  """hyset/2's optional groups: a query tower and the query-conditioned set term."""
+  rng = np.random.default_rng(seed)
+  f = lambda *s: (0.5 * rng.normal(size=s)).astype(np.float32)  # noqa: E731
+  return {"tower_w_in": f(depth, D, hidden), "tower_b_in": f(depth, hidden),
+          "tower_w_out": f(depth, hidden, D), "tower_b_out": f(depth, D),
+          "conditioned_u": f(M - 1, D, rank), "conditioned_w": f(M - 1, D, rank),
+          "conditioned_v": f(M - 1, D), "conditioned_b": f(M - 1)}
+
+
+# The paper's model (hyset/1), and a hyset/2 model with the tower and the conditioned term,
+# ranked set-first: every tensor group and a non-default ranking go through the ONNX graphs.
+@pytest.mark.heavy
+@pytest.mark.parametrize("batch,extended", [(4, False), (4, True)])
+def test_onnx_matches_predict(tmp_path, batch, extended):
+  tensors, manifest = None, None
+  if extended:
+    tensors, manifest = extended_tensors(5), {"format": "hyset/2", "ranking": "set-first"}
+  _, info = write_model_dir(tmp_path / "model", tensors=tensors, manifest=manifest, seed=3)
   out = tmp_path / "onnx"
   assert cli.main(["export", "--workdir", str(tmp_path / "model"), "--out", str(out),
                    "--format", "onnx", "--onnx-batch", str(batch)]) == 0

@@ -10,6 +10,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 from safetensors.numpy import load_file
 
 from hyset_jax import train
@@ -42,6 +43,7 @@ def metrics_rows(workdir):
   return rows
 
 
+@pytest.mark.heavy
 def test_sigkill_at_a_random_step_then_restart_matches_uninterrupted(tmp_path):
   run_worker(tmp_path / "clean")
   k = random.Random().randint(7, 33)
@@ -55,6 +57,7 @@ def test_sigkill_at_a_random_step_then_restart_matches_uninterrupted(tmp_path):
   assert metrics_rows(tmp_path / "clean") == metrics_rows(tmp_path / "killed")
 
 
+@pytest.mark.heavy
 def test_corrupted_newest_checkpoint_falls_back_with_a_warning(tmp_path, caplog, capfd):
   data = synthetic_data()
   config = small_config(num_steps=12, checkpoint_every=4)

@@ -79,6 +79,7 @@ def test_helpers():
       ("3", "1", "7")
 
 
+@pytest.mark.heavy
 def test_two_processes_equal_one_process_and_resume(tmp_path):
   """Same global batch of 16 on a 2-device mesh: one process with two devices, or two
   processes with one each (interrupted after 4 steps and resumed) — the same θ."""
@@ -111,6 +112,7 @@ def test_two_processes_equal_one_process_and_resume(tmp_path):
   assert "interrupted_at" in (tmp_path / "logs1" / "rank1.log").read_text()
 
 
+@pytest.mark.heavy
 def test_killing_one_rank_stops_the_other(tmp_path):
   workdir = tmp_path / "w"
   proc = launch(["-n", "2", "--grace", "5", "--", "python", str(SCRIPT), str(workdir), "100000"],
@@ -190,6 +192,7 @@ def test_cluster_templates_parse():
   assert 'JAX_PROCESS_ID="$JOB_COMPLETION_INDEX"' in pod["containers"][0]["args"][0]
 
 
+@pytest.mark.heavy
 def test_two_processes_of_four_devices_with_z_sharded_equal_one_device(tmp_path):
   """2 processes x 4 devices on mesh (data=2, tools=4) — Z split over each process's devices,
   gathered across hosts for evaluation and export — equal one process on one device."""
@@ -300,15 +303,19 @@ def _run_k8s(tmp_path, bin_dir):
   return pathlib.Path(workdir), outs
 
 
+@pytest.mark.heavy
 def test_slurm_and_kubernetes_templates_train_like_the_local_launcher(tmp_path):
   """slurm.sbatch under a stand-in srun (2 tasks, JAX's own SLURM detection through
-  HYSET_DISTRIBUTED=auto) and the Indexed Job's pods give launch/local.py -n 2's parameters."""
+  HYSET_DISTRIBUTED=auto) and the Indexed Job's pods give launch/local.py -n 2's parameters.
+
+  The reference is one process on two devices (the same 2-way data mesh), which
+  test_two_processes_equal_one_process_and_resume shows equals launch/local.py -n 2: one
+  process instead of two, started first so it trains while the simulated jobs do."""
   bin_dir = stand_in_bin(tmp_path)
-  ref = launch(["-n", "2", "--timeout", "240", "--", "python", str(SCRIPT), "train",
-                "--workdir", str(tmp_path / "local")], tmp_path / "logs",
-               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-  out = ref.communicate(timeout=300)[0]
-  assert ref.returncode == 0, out
+  ref = subprocess.Popen(
+      [sys.executable, str(SCRIPT), "train", "--workdir", str(tmp_path / "local")], cwd=REPO,
+      text=True, env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"),
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
   (tmp_path / "srun").mkdir()
   slurm = subprocess.run(
@@ -325,6 +332,9 @@ def test_slurm_and_kubernetes_templates_train_like_the_local_launcher(tmp_path):
 
   k8s_workdir, outs = _run_k8s(tmp_path, bin_dir)
   assert '"process": 1, "processes": 2' in "".join(outs)
+  out = ref.communicate(timeout=300)[0]
+  assert ref.returncode == 0, out
+  assert '"processes": 1, "devices": 2' in out
 
   for workdir in (tmp_path / "slurm", k8s_workdir):
     for name in ("final", "best"):
@@ -333,6 +343,7 @@ def test_slurm_and_kubernetes_templates_train_like_the_local_launcher(tmp_path):
         np.testing.assert_allclose(a[k], b[k], atol=1e-5, err_msg=f"{workdir} {name}/{k}")
 
 
+@pytest.mark.heavy
 def test_tpu_vm_script_dry_run(tmp_path):
   """tpu_vm.sh against a stand-in gcloud: the commands it sends, and its dry-run command run
   here (one worker, CPU devices) compiling the step and printing the per-device memory."""

@@ -60,6 +60,7 @@ def test_top_k_per_shard_equals_lax_top_k_with_ties():
     np.testing.assert_array_equal(small[1], jax.lax.top_k(x, 40)[1])
 
 
+@pytest.mark.heavy
 def test_stage1_and_hard_negatives_with_z_sharded_equal_replicated():
   data = synthetic_data()
   mc = small_config().model
@@ -92,6 +93,7 @@ def _run(tmp_path, name, data, tools, num_devices=None):
   return modeldir.load_model_dir(tmp_path / name / "final"), rows[0]
 
 
+@pytest.mark.heavy
 def test_training_and_predictions_equal_across_meshes(tmp_path):
   """mesh (2, 4) == mesh (8, 1) == 1 device: θ to 1e-5, the same sets and rankings."""
   assert jax.device_count() == 8
@@ -133,6 +135,7 @@ def test_resume_on_another_mesh_keeps_one_header(tmp_path):
   assert rows[0]["memory"]["mesh"] == {"data": 8, "tools": 1}  # this start's layout
 
 
+@pytest.mark.heavy
 def test_dry_run_reports_and_checks_the_budget(capsys):
   # No data set is read: the library is sized by --num-tools, d_z by the encoder's files.
   args = ["train", "--config", "tiny", "--dry-run", "--num-tools", "4000", "--set",
@@ -164,6 +167,7 @@ def test_dry_run_reports_and_checks_the_budget(capsys):
     assert "pip install libtpu" in capsys.readouterr().err
 
 
+@pytest.mark.heavy
 def test_dry_run_compiles_for_another_device_count(tmp_path):
   """--devices N compiles for N CPU devices whatever this machine has; nothing is written."""
   env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")

@@ -171,6 +171,7 @@ def _run_script(*args):
                         text=True, timeout=120)
 
 
+@pytest.mark.heavy
 def test_bad_inputs_are_clear_errors(tmp_path):
   _write_queries(tmp_path / "ref.jsonl", _travel(40))
   (tmp_path / "empty.jsonl").write_text("")
@@ -207,6 +208,7 @@ def test_bad_inputs_are_clear_errors(tmp_path):
   assert not (tmp_path / "r2").exists()
 
 
+@pytest.mark.heavy
 def test_experiment_tiny_writes_report(tmp_path, shared_data):
   out = tmp_path / "report"
   assert cli.main(["experiment", "--config", "tiny", "--out", str(out), "--set",

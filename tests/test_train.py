@@ -1,4 +1,5 @@
 """Training: negatives, losses, sharded steps, resume, and a real run on the tiny config."""
+import dataclasses
 import json
 
 import jax
@@ -70,11 +71,13 @@ def test_self_training_gradient_treats_selection_and_reward_as_constants():
 
 # ------------------------------------------------------------------ sharded step
 
+@pytest.mark.heavy
 def test_one_step_on_eight_devices_equals_one_device():
   assert jax.device_count() == 8
   data = synthetic_data()
   c = small_config(batch_size=16)
-  mc, tc = c.model, c.train
+  # With the exhaustive-shortlist loss on: its enumeration runs on rows sharded over devices.
+  mc, tc = c.model, dataclasses.replace(c.train, exhaustive_loss_weight=1.0)
   optimizer = train.make_optimizer(tc)
   qs = data.splits["train"]
   idx = np.arange(16)
@@ -82,9 +85,10 @@ def test_one_step_on_eight_devices_equals_one_device():
   nbrs = np.zeros((16, 3, 4), np.int32)
   pools = negatives.sample_pools(gold, range(16), num_tools=40, k_neg=12, max_size=3,
                                  mix=tc.negative_mix, neighbors=nbrs, seed=0, step=0)
+  rng = np.random.default_rng(0)
+  shortlists = np.stack([rng.permutation(40)[:mc.k_pool] for _ in idx]).astype(np.int32)
   batch = batches.Batch(qs.embeddings[idx], pools.members, pools.mask,
-                        np.zeros(16, np.int32), np.zeros(16, np.float32),
-                        np.zeros((16, 0), np.int32))
+                        np.zeros(16, np.int32), np.zeros(16, np.float32), shortlists)
   out = []
   for n in (1, 8):
     mesh = sharding.make_mesh(n)
@@ -94,6 +98,7 @@ def test_one_step_on_eight_devices_equals_one_device():
     for _ in range(3):
       state, metrics = step(state, batch)
     assert len(state.theta["z"].sharding.device_set) == n
+    assert np.isfinite(float(metrics["loss_enum"]))
     out.append(jax.device_get(state.theta))
   for k in out[0]:
     np.testing.assert_allclose(out[0][k], out[1][k], atol=1e-5)
@@ -106,6 +111,7 @@ def read_final(workdir):
   return load_file(str(workdir / "final" / "params.safetensors"))
 
 
+@pytest.mark.heavy
 def test_interrupted_run_resumes_to_the_same_parameters(tmp_path):
   data = synthetic_data()
   c = small_config()
@@ -131,6 +137,7 @@ def test_interrupted_run_resumes_to_the_same_parameters(tmp_path):
     train.train_and_evaluate(other, tmp_path / "split", data=data, progress=False)
 
 
+@pytest.mark.heavy
 def test_rewards_and_ablations_run(tmp_path):
   data = synthetic_data()
   c = small_config(config_lib.RewardConfig(provider="proxy", refresh_every=2, refresh_size=16),
@@ -152,6 +159,7 @@ def test_rewards_and_ablations_run(tmp_path):
       assert not np.any(m["interaction_3"])
 
 
+@pytest.mark.heavy
 def test_tiny_config_learns_on_real_toollens(tmp_path, shared_data):
   c = config_lib.resolve("tiny", [f"data.spec=beir:{shared_data / 'toollens'}"])
   summary = train.train_and_evaluate(c, tmp_path / "tiny", progress=False)
@@ -188,6 +196,7 @@ def test_config_errors_before_any_work():
   assert config_lib.from_dict(json.loads(c.to_json())) == c
 
 
+@pytest.mark.heavy
 def test_ranking_is_chosen_on_validation_and_recorded(tmp_path):
   from hyset_jax import modeldir
   from hyset_jax.evaluation import RANK_METRICS
