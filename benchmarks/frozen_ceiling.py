@@ -1,0 +1,97 @@
+"""How far frozen query embeddings go at naming the gold *set* (ToolLens: every test set occurs
+in training), independent of HYSET:
+
+  python -m benchmarks.frozen_ceiling --config toollens --out benchmarks/results
+
+- k-nearest training queries (cosine), votes weighted by exp(20 · similarity);
+- multinomial logistic regression over the training gold sets (scikit-learn, converged, a sweep
+  of C), and how often the gold set is among its top r sets.
+
+A set predictor built on the same embeddings that HYSET reads cannot exceed what these reach by
+much: they bound the exact-set rate (and so COMP@|E*|) that a frozen encoder supports. Writes
+``frozen_ceiling_<config>.json`` and ``.md`` under --out.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import pathlib
+import sys
+
+import numpy as np
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+  return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--config", default="toollens")
+  parser.add_argument("--cs", type=float, nargs="+", default=[1.0, 10.0, 100.0])
+  parser.add_argument("--out", default="benchmarks/results")
+  args = parser.parse_args()
+  from sklearn.linear_model import LogisticRegression
+  from hyset_jax import config as config_lib
+  from hyset_jax.train_data import prepare_data
+  config = config_lib.resolve(args.config, [])
+  data = prepare_data(config)
+  c = config.data
+  train, val, test = (data.splits[s] for s in (c.train_split, c.val_split, c.test_split))
+  classes: dict[tuple[int, ...], int] = {}
+  y = np.array([classes.setdefault(tuple(sorted(g)), len(classes)) for g in train.gold])
+  sets = {v: k for k, v in classes.items()}
+  x_train, x_val, x_test = (_unit(q.embeddings) for q in (train, val, test))
+
+  def exact(pred, qs) -> float:
+    return float(np.mean([sets[p] == tuple(sorted(g)) for p, g in zip(pred, qs.gold)]))
+
+  rows: dict[str, dict] = {"test gold set occurs in training": {
+      "test": float(np.mean([tuple(sorted(g)) in classes for g in test.gold]))}}
+  sim = x_test @ x_train.T
+  for k in (1, 5, 20):
+    pred = []
+    for row in sim:
+      votes: collections.Counter = collections.Counter()
+      for j in np.argsort(-row)[:k]:
+        votes[y[j]] += float(np.exp(20 * row[j]))
+      pred.append(votes.most_common(1)[0][0])
+    rows[f"{k}-nearest training queries"] = {"test exact": exact(pred, test)}
+    print(f"kNN k={k}: test exact {rows[f'{k}-nearest training queries']['test exact']:.4f}",
+          flush=True)
+  for cval in args.cs:
+    lr = LogisticRegression(C=cval, max_iter=2000).fit(x_train, y)
+    top = lr.classes_[np.argsort(-lr.predict_proba(x_test), axis=1)]
+    row = {"validation exact": exact(lr.predict(x_val), val), "test exact": exact(top[:, 0], test)}
+    for r in (2, 3, 5):
+      row[f"gold among top {r} sets"] = float(np.mean(
+          [tuple(sorted(g)) in {sets[t] for t in ts[:r]} for g, ts in zip(test.gold, top)]))
+    rows[f"logistic regression over sets, C={cval:g}"] = row
+    print(f"LR C={cval:g}: {row}", flush=True)
+
+  out = pathlib.Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  command = "python -m benchmarks.frozen_ceiling " + " ".join(sys.argv[1:])
+  meta = {"command": command, "date": datetime.date.today().isoformat(), "spec": c.spec,
+          "train_queries": len(train.ids), "test_queries": len(test.ids),
+          "training_sets": len(classes)}
+  (out / f"frozen_ceiling_{args.config}.json").write_text(
+      json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+  keys = sorted({k for r in rows.values() for k in r}, key=lambda k: (k != "validation exact",
+                                                                        k != "test exact", k))
+  lines = [f"{c.spec}: {len(train.ids)} training queries over {len(classes)} distinct gold sets, "
+           f"{len(test.ids)} test queries; frozen MiniLM query embeddings; `{command}`, "
+           f"{meta['date']}.", "", "| predictor | " + " | ".join(keys) + " |",
+           "|---|" + "---:|" * len(keys)]
+  for name, r in rows.items():
+    lines.append(f"| {name} | " + " | ".join(f"{100 * r[k]:.2f}" if k in r else "–"
+                                             for k in keys) + " |")
+  (out / f"frozen_ceiling_{args.config}.md").write_text("\n".join(lines) + "\n")
+  print("\n".join(lines))
+
+
+if __name__ == "__main__":
+  main()
