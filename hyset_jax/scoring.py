@@ -275,7 +275,8 @@ def shortlist_pairs(params: HysetParams, query_emb: jax.Array, tools: jax.Array)
   z = params.tool_embeddings
   emb = z[tools]                                                       # [Q, K, d]
   q, k = tools.shape
-  if q * k > z.shape[0]:
+  # (A symbolic batch — jax.export's "q" — cannot be compared at trace time: per shortlist.)
+  if isinstance(q, int) and q * k > z.shape[0]:
     # More shortlist slots than tools (training batches, batched predict on a small library):
     # Z M_m once for the library, then gathered — the same products, computed once per tool.
     keyed = jnp.einsum("nd,mde->mne", z, params.interactions)[:, tools]  # [M-1, Q, K, d]

@@ -147,7 +147,8 @@ def test_stablehlo_loads_and_runs_without_hyset_jax(trained):
   assert sig["format"] == "hyset-stablehlo/2" and sig["platforms"] == ["cpu", "cuda", "tpu"]
   assert sig["static"] | {"query_encoder": None} == {
       "k1": 5, "k_pool": 12, "max_set_size": 4, "num_tools": 60, "query_dim": 16,
-      "tool_dim": 16, "method": "gather", "query_encoder": None}
+      "tool_dim": 16, "method": "gather", "query_encoder": None,
+      "ranking": modeldir.load_model_dir(workdir / "best").ranking}
   fns = sig["functions"]
   assert fns["predict"]["inputs"] == [
       {"name": "query_embeddings", "shape": ["q", 16], "dtype": "float32"}]
@@ -176,7 +177,9 @@ def test_stablehlo_loads_and_runs_without_hyset_jax(trained):
       """, {"hyset_jax"}, root)
   got = np.load(root / "stablehlo_out.npz")
   model = modeldir.load_model_dir(workdir / "best")
-  want = inference.predict(model.params, queries, k1=5, k_pool=12, max_size=4)
+  # The graphs rank with the ranking the model directory records.
+  want = inference.predict(model.params, queries, k1=5, k_pool=12, max_size=4,
+                           ranking=model.ranking)
   names = ["shortlist", "set_tools", "set_size", "set_score", "ranking"]
   for i, name in enumerate(names):
     np.testing.assert_allclose(got[f"arr_{i}"], np.asarray(getattr(want, name)), atol=1e-6,
