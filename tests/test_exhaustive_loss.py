@@ -55,8 +55,9 @@ def test_exhaustive_loss_has_a_gradient_through_the_enumeration():
 
 @pytest.mark.heavy
 def test_tiny_training_with_the_exhaustive_loss_logs_it_and_learns(tmp_path):
-  cfg = config_lib.resolve("tiny", ["train.exhaustive_loss_weight=1", "train.num_steps=30",
-                                    "train.eval_every=30", "train.checkpoint_every=30"])
+  cfg = config_lib.resolve("tiny", ["train.exhaustive_loss_weight=1", "train.num_steps=20",
+                                    "train.log_every=5", "train.eval_every=20",
+                                    "train.checkpoint_every=20"])
   summary = train.train_and_evaluate(cfg, tmp_path / "w", progress=False)
   rows = [json.loads(line) for line in (tmp_path / "w" / "metrics.jsonl").read_text().splitlines()]
   enum = [r["loss_enum"] for r in rows if "loss_enum" in r]
