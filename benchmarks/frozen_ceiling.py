@@ -1,7 +1,7 @@
 """How far frozen query embeddings go at naming the gold *set* (ToolLens: every test set occurs
 in training), independent of HYSET:
 
-  python -m benchmarks.frozen_ceiling --config toollens --out benchmarks/results
+  python -m benchmarks.frozen_ceiling --config toollens --out benchmarks/results [--force]
 
 - k-nearest training queries (cosine), votes weighted by exp(20 · similarity);
 - multinomial logistic regression over the training gold sets (scikit-learn, converged, a sweep
@@ -9,7 +9,8 @@ in training), independent of HYSET:
 
 A set predictor built on the same embeddings that HYSET reads cannot exceed what these reach by
 much: they bound the exact-set rate (and so COMP@|E*|) that a frozen encoder supports. Writes
-``frozen_ceiling_<config>.json`` and ``.md`` under --out.
+``frozen_ceiling_<config>.json`` and ``.md`` under --out (an existing folder; existing files
+need ``--force``).
 """
 from __future__ import annotations
 
@@ -27,17 +28,15 @@ def _unit(x: np.ndarray) -> np.ndarray:
   return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--config", default="toollens")
-  parser.add_argument("--cs", type=float, nargs="+", default=[1.0, 10.0, 100.0])
-  parser.add_argument("--out", default="benchmarks/results")
-  args = parser.parse_args()
+def run(args: argparse.Namespace) -> int:
   from sklearn.linear_model import LogisticRegression
-  from hyset_jax import config as config_lib
+  from hyset_jax import config as config_lib, io_utils
   from hyset_jax.train_data import prepare_data
   config = config_lib.resolve(args.config, [])
+  # Both outputs checked before any work (an existing result needs --force).
+  out_json, out_md = (io_utils.output_file(pathlib.Path(args.out) / f"frozen_ceiling_"
+                                           f"{args.config}.{ext}", args.force)
+                      for ext in ("json", "md"))
   data = prepare_data(config)
   c = config.data
   train, val, test = (data.splits[s] for s in (c.train_split, c.val_split, c.test_split))
@@ -72,13 +71,11 @@ def main() -> None:
     rows[f"logistic regression over sets, C={cval:g}"] = row
     print(f"LR C={cval:g}: {row}", flush=True)
 
-  out = pathlib.Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
   command = "python -m benchmarks.frozen_ceiling " + " ".join(sys.argv[1:])
   meta = {"command": command, "date": datetime.date.today().isoformat(), "spec": c.spec,
           "train_queries": len(train.ids), "test_queries": len(test.ids),
           "training_sets": len(classes)}
-  (out / f"frozen_ceiling_{args.config}.json").write_text(
+  out_json.write_text(
       json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
   keys = sorted({k for r in rows.values() for k in r}, key=lambda k: (k != "validation exact",
                                                                         k != "test exact", k))
@@ -89,9 +86,24 @@ def main() -> None:
   for name, r in rows.items():
     lines.append(f"| {name} | " + " | ".join(f"{100 * r[k]:.2f}" if k in r else "–"
                                              for k in keys) + " |")
-  (out / f"frozen_ceiling_{args.config}.md").write_text("\n".join(lines) + "\n")
+  out_md.write_text("\n".join(lines) + "\n")
   print("\n".join(lines))
+  return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+  from hyset_jax import cli
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--config", default="toollens")
+  parser.add_argument("--cs", type=float, nargs="+", default=[1.0, 10.0, 100.0],
+                      help="inverse regularisation strengths C of the logistic regression")
+  parser.add_argument("--out", default="benchmarks/results", metavar="DIR",
+                      help="existing folder for frozen_ceiling_<config>.json and .md")
+  parser.add_argument("--force", action="store_true", help="replace existing result files")
+  parser.set_defaults(func=run)
+  return cli.run(parser, argv)
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

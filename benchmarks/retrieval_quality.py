@@ -63,7 +63,7 @@ def ranking_rows(model_dir: pathlib.Path, data, test, mc) -> dict[str, dict]:
   from hyset_jax import inference, modeldir
   from hyset_jax.evaluation import evaluate_split
   md = modeldir.load_model_dir(model_dir)
-  chosen = md.ranking or inference.DEFAULT_RANKING
+  chosen = md.default_ranking
   return {f"ranking {r}" + (" (chosen on validation)" if r == chosen else ""):
           evaluate_split(md.params, test, data.tool_ids, mc, 256, ranking=r)
           for r in inference.RANKINGS}

@@ -106,4 +106,4 @@ def make_batch(step: int, params: HysetParams, queries: QuerySet, rows: Sequence
   listed = (shortlists[list(rows)] if tc.exhaustive_loss_weight
             else np.zeros((len(rows), 0), np.int32))
   return Batch(queries.embeddings[idx[list(rows)]], pools.members, pools.mask, pools.selected,
-               reward, listed.astype(np.int32))
+               reward, listed)

@@ -64,7 +64,8 @@ def _run(args) -> int:
                          ranking=best.ranking)  # the ranking training chose on validation
 
   print(f"\n== {config.data.spec} test split, {before['n_queries']} queries")
-  print(_table({"untrained (= dense)": before, f"HYSET (step {summary['best_step']}, {best.ranking})": after}))
+  trained = f"HYSET (step {summary['best_step']}, {best.default_ranking})"
+  print(_table({"untrained (= dense)": before, trained: after}))
   pred = inference.predict_batched(best.params, test.embeddings[:5], k1=best.k1,
                                    k_pool=best.k_pool, max_size=best.max_set_size)
   print("\n== a few test queries")

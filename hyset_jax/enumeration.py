@@ -608,7 +608,8 @@ def _best_rows_query_last(logits: jax.Array, pairs: jax.Array, table: SubsetTabl
   t = _sorted_tables(logits, pairs)
   n, q = len(table), logits.shape[0]
   nb = -(-n // _BEST_BLOCK)
-  blocks = _subset_major(t, table, method, nb * _BEST_BLOCK, -jnp.inf).reshape(nb, _BEST_BLOCK, q)
+  blocks = _subset_major(t, table, method, nb * _BEST_BLOCK, -jnp.inf)
+  blocks = blocks.reshape(nb, _BEST_BLOCK, q)
   block_max = jnp.max(blocks, axis=1)                                    # [nb, Q]
   block = jnp.argmax(block_max, axis=0)                                  # first block with it
   inside = jnp.take_along_axis(blocks, block[None, None, :], axis=0)[0]  # [block, Q]

@@ -168,8 +168,7 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
   from hyset_jax import inference
   # jnp arrays (not NumPy): indexing them with traced shortlists must stay in the graph.
   params = jax.tree.map(jnp.asarray, inference.truncate(model.params, max_size))
-  # The ranking the model directory records (what `hyset predict` uses without --ranking).
-  ranking = model.ranking or modeldir.DEFAULT_RANKING
+  ranking = model.default_ranking  # what `hyset predict` uses without --ranking
 
   def stage1(query_embeddings):
     return tuple(inference.shortlist(params, query_embeddings, k1, k_pool, max_size))
@@ -221,7 +220,7 @@ def write_stablehlo(out: str | os.PathLike, model: modeldir.ModelDir, *, force: 
       "batch_dimension": "q: symbolic, any number of queries ≥ 1",
       "static": {"k1": k1, "k_pool": k_pool, "max_set_size": m, "num_tools": n,
                  "query_dim": d_r, "tool_dim": d_z, "method": "gather",
-                 "ranking": model.ranking or modeldir.DEFAULT_RANKING,
+                 "ranking": model.default_ranking,
                  "query_encoder": model.query_encoder},
       "tool_ids": list(model.tool_ids),
       "functions": {},

@@ -136,7 +136,7 @@ def write_onnx(out: str | os.PathLike, model: modeldir.ModelDir, *, batch: int =
       "batch": batch, "batch_note": "fixed at export; pad smaller batches with zero rows",
       "static": {"k1": k1, "k_pool": k_pool, "max_set_size": m,
                  "num_tools": len(model.tool_ids), "query_dim": d_r, "method": "gather",
-                 "ranking": model.ranking or modeldir.DEFAULT_RANKING,
+                 "ranking": model.default_ranking,
                  "query_encoder": model.query_encoder},
       "tool_ids": list(model.tool_ids), "models": {}}
   with atomic_dir(out, force) as tmp:

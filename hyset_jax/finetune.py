@@ -138,8 +138,8 @@ def joint_loss(params: dict[str, Any], frozen, batch: dict[str, Any], *, spec,
   from the encoder.
 
   batch: ``members`` int32[B, K_neg, M], ``mask`` bool[B, K_neg, M] (gold at pool position
-  0), ``shortlist`` int32[B, K_pool] (for the exhaustive-shortlist loss), and ``text`` (the encoder's input, see :func:`hyset_jax.encoder.tuning.forward`) or
-  ``query`` f32[B, d_r].
+  0), ``shortlist`` int32[B, K_pool] (for the exhaustive-shortlist loss), and ``text`` (the
+  encoder's input, see :func:`hyset_jax.encoder.tuning.forward`) or ``query`` f32[B, d_r].
 
   Returns:
     (loss f32[], (its parts, the query vectors f32[B, d_r] for the negative sampler)).

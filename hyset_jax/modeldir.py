@@ -56,10 +56,16 @@ class ModelDir:
   path: pathlib.Path | None = None
   ranking: str | None = None   # the default ranking method; None = inference.DEFAULT_RANKING
 
+  @property
+  def default_ranking(self) -> str:
+    """The ranking ``hyset predict`` uses without ``--ranking``: the recorded one, else
+    inference.DEFAULT_RANKING."""
+    return self.ranking or DEFAULT_RANKING
+
   def manifest(self) -> dict:
     return {"format": FORMAT, "tool_ids": list(self.tool_ids), "max_set_size": self.max_set_size,
             "k1": self.k1, "k_pool": self.k_pool, "query_encoder": self.query_encoder,
-            "ranking": self.ranking or DEFAULT_RANKING}
+            "ranking": self.default_ranking}
 
 
 def _int_field(manifest: dict, name: str, where: pathlib.Path) -> int:

@@ -23,7 +23,6 @@ from hyset_jax.data.tooltext import definition
 from hyset_jax.errors import UserError
 
 # The values of the ``ranking`` request field (the model's recorded ranking is the default).
-DEFAULT_RANKING: str = inference.DEFAULT_RANKING
 RANKINGS: tuple[str, ...] = tuple(inference.RANKINGS)
 # Encoder rows per forward pass in a server (see load_retriever), and the longest query length
 # (tokens) compiled at start-up; longer queries compile on first sight.
@@ -96,7 +95,7 @@ class Retriever:
     self.method = method
     self.max_batch = max_batch
     # The manifest's ranking (hyset/2); hyset/1 directories have none.
-    self.default_ranking = model.ranking or DEFAULT_RANKING
+    self.default_ranking = model.default_ranking
     self.defaults = Options(model.max_set_size, model.k_pool, self.default_ranking)
     self.warm_texts = list(warm_texts)
 
