@@ -60,13 +60,12 @@ def run_hyset(config_name: str, variant: str, overrides: list[str], seed: int,
 
 def ranking_rows(model_dir: pathlib.Path, data, test, mc) -> dict[str, dict]:
   """The preset model under every ranking (the set Ê is the same under all of them)."""
-  from hyset_jax import inference, modeldir
-  from hyset_jax.evaluation import evaluate_split
+  from hyset_jax import modeldir
+  from hyset_jax.evaluation import evaluate_rankings
   md = modeldir.load_model_dir(model_dir)
   chosen = md.default_ranking
-  return {f"ranking {r}" + (" (chosen on validation)" if r == chosen else ""):
-          evaluate_split(md.params, test, data.tool_ids, mc, 256, ranking=r)
-          for r in inference.RANKINGS}
+  return {f"ranking {r}" + (" (chosen on validation)" if r == chosen else ""): m
+          for r, m in evaluate_rankings(md.params, test, data.tool_ids, mc, 256).items()}
 
 
 def baselines(config, data, test) -> dict[str, dict]:

@@ -24,6 +24,21 @@ def evaluate_split(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ...],
   pred = inference.predict_batched(jax.device_get(params), qs.embeddings, k1=mc.k1,
                                    k_pool=mc.k_pool, max_size=mc.max_set_size,
                                    batch_size=batch_size, ranking=ranking)
+  return _metrics(pred, qs, tool_ids)
+
+
+def evaluate_rankings(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ...], mc,
+                      batch_size: int, rankings: tuple[str, ...] = inference.RANKINGS
+                      ) -> dict[str, dict[str, float]]:
+  """:func:`evaluate_split` for each of ``rankings``, from one stage-2 pass."""
+  preds = inference.predict_batched(jax.device_get(params), qs.embeddings, k1=mc.k1,
+                                    k_pool=mc.k_pool, max_size=mc.max_set_size,
+                                    batch_size=batch_size, rankings=tuple(rankings))
+  return {r: _metrics(p, qs, tool_ids) for r, p in zip(rankings, preds)}
+
+
+def _metrics(pred: inference.Prediction, qs: QuerySet,
+             tool_ids: tuple[str, ...]) -> dict[str, float]:
   ids = np.asarray(tool_ids, dtype=object)
   rankings = [ids[r].tolist() for r in pred.ranking]
   sets = [ids[t[:n]].tolist() for t, n in zip(pred.set_tools, pred.set_size)]
@@ -35,8 +50,7 @@ def choose_ranking(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ...],
                    batch_size: int) -> tuple[str, dict[str, dict[str, float]]]:
   """The ranking method with the best mean of :data:`RANK_METRICS` on ``qs`` (ties: the first
   of ``inference.RANKINGS``, the paper's greedy), and every method's metrics."""
-  scores = {r: evaluate_split(params, qs, tool_ids, mc, batch_size, ranking=r)
-            for r in inference.RANKINGS}
+  scores = evaluate_rankings(params, qs, tool_ids, mc, batch_size)
   best = max(inference.RANKINGS, key=lambda r: (np.mean([scores[r][k] for k in RANK_METRICS]),
                                                 -inference.RANKINGS.index(r)))
   return best, scores

@@ -193,16 +193,20 @@ class Reranked(NamedTuple):
 
 
 def _stage2(sl: Shortlist, pairs: jax.Array, *, k_pool: int, max_size: int,
-            method: enumeration.Method, ranking: Ranking) -> Reranked:
+            method: enumeration.Method, rankings: tuple[Ranking, ...]) -> tuple[Reranked, ...]:
+  """Stage 2 once and the shortlist ranked by each of ``rankings`` (the set fields shared)."""
   table = enumeration.subset_table(k_pool, max_size)
   best = enumeration.best_subset(sl.logits, pairs, table, method)
   # Members in ascending shortlist position, padding (K_pool) last.
   pos = jnp.sort(jnp.where(best.mask[:, 0], best.positions[:, 0], k_pool), axis=1)
   valid = pos < k_pool
   set_tools = jnp.where(valid, jnp.take_along_axis(sl.tools, jnp.minimum(pos, k_pool - 1), 1), -1)
-  order = rank_tools(sl.logits, pairs, pos, ranking, max_size)
-  return Reranked(set_tools.astype(jnp.int32), jnp.sum(valid, 1).astype(jnp.int32),
-                  best.scores[:, 0], jnp.take_along_axis(sl.tools, order, axis=1).astype(jnp.int32))
+  set_tools, set_size = set_tools.astype(jnp.int32), jnp.sum(valid, 1).astype(jnp.int32)
+  return tuple(
+      Reranked(set_tools, set_size, best.scores[:, 0],
+               jnp.take_along_axis(sl.tools, rank_tools(sl.logits, pairs, pos, r, max_size),
+                                   axis=1).astype(jnp.int32))
+      for r in rankings)
 
 
 def rerank(params: HysetParams, query_emb: jax.Array, sl: Shortlist, *, k_pool: int,
@@ -223,7 +227,7 @@ def rerank(params: HysetParams, query_emb: jax.Array, sl: Shortlist, *, k_pool: 
   """
   pairs = scoring.shortlist_pairs(truncate(params, max_size), query_emb, sl.tools)
   return _stage2(sl, pairs, k_pool=k_pool, max_size=max_size, method=method,
-                 ranking=DEFAULT_RANKING if ranking is None else ranking)
+                 rankings=(DEFAULT_RANKING if ranking is None else ranking,))[0]
 
 
 def _prediction(sl: Shortlist, r: Reranked) -> Prediction:
@@ -378,6 +382,17 @@ def pair_matrices_prepared(prep: PreparedModel, query_emb: jax.Array,
   return enumeration.map_query_chunks(chunk, PAIRS_CHUNK, tools)
 
 
+def _predict_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_pool: int,
+                      max_size: int, method: enumeration.Method,
+                      rankings: tuple[Ranking, ...]) -> tuple[Prediction, ...]:
+  if max_size != prep.max_size:
+    raise ValueError(f"the model was prepared for max_size {prep.max_size}, not {max_size}")
+  sl = shortlist_prepared(prep, query_emb, k1, k_pool)
+  pairs = pair_matrices_prepared(prep, query_emb, sl.tools)
+  return tuple(_prediction(sl, r) for r in _stage2(sl, pairs, k_pool=k_pool, max_size=max_size,
+                                                   method=method, rankings=rankings))
+
+
 @functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "ranking"))
 def predict_prepared(prep: PreparedModel, query_emb: jax.Array, *, k1: int, k_pool: int,
                      max_size: int, method: enumeration.Method = enumeration.DEFAULT_METHOD,
@@ -386,19 +401,28 @@ def predict_prepared(prep: PreparedModel, query_emb: jax.Array, *, k1: int, k_po
 
   ``max_size`` must be the M the model was prepared for (its expansion uses M_M).
   """
-  if max_size != prep.max_size:
-    raise ValueError(f"the model was prepared for max_size {prep.max_size}, not {max_size}")
-  sl = shortlist_prepared(prep, query_emb, k1, k_pool)
-  pairs = pair_matrices_prepared(prep, query_emb, sl.tools)
-  return _prediction(sl, _stage2(sl, pairs, k_pool=k_pool, max_size=max_size, method=method,
-                                 ranking=DEFAULT_RANKING if ranking is None else ranking))
+  return _predict_prepared(prep, query_emb, k1, k_pool, max_size, method,
+                           (DEFAULT_RANKING if ranking is None else ranking,))[0]
+
+
+@functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "rankings"))
+def predict_prepared_rankings(prep: PreparedModel, query_emb: jax.Array, *, k1: int,
+                              k_pool: int, max_size: int, rankings: tuple[Ranking, ...],
+                              method: enumeration.Method = enumeration.DEFAULT_METHOD
+                              ) -> tuple[Prediction, ...]:
+  """:func:`predict_prepared` for several ranking methods in one program: stage 1, the
+  expansion and stage 2 run once, and the i-th Prediction ranks by ``rankings[i]`` (the other
+  fields are the same in all). What choosing a ranking on validation data runs."""
+  return _predict_prepared(prep, query_emb, k1, k_pool, max_size, method, rankings)
 
 
 def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *, k1: int,
                     k_pool: int, max_size: int, batch_size: int = 256,
                     method: enumeration.Method = enumeration.DEFAULT_METHOD,
                     ranking: Ranking | None = None, progress: bool = False,
-                    neighbor_table: bool | None = None) -> Prediction:
+                    neighbor_table: bool | None = None,
+                    rankings: tuple[Ranking, ...] | None = None
+                    ) -> Prediction | tuple[Prediction, ...]:
   """:func:`predict_prepared` over any number of queries in fixed-size chunks (one compilation).
 
   Args:
@@ -409,10 +433,14 @@ def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *
     progress: show a progress bar.
     neighbor_table: when ``model`` is θ, whether to build the neighbour table; None: when it
       pays for itself here (Q·K1 ≥ N: the table costs N²·d, a full scan N·K1·d per query).
+    rankings: instead of ``ranking``, several methods at once
+      (:func:`predict_prepared_rankings`: one stage 2 for all of them).
 
   Returns:
-    Prediction of NumPy arrays.
+    Prediction of NumPy arrays; with ``rankings``, one per method, in that order.
   """
+  if rankings is not None and ranking is not None:
+    raise ValueError("predict_batched takes ranking or rankings, not both")
   params = model.params if isinstance(model, PreparedModel) else model
   num_tools = int(params.tool_embeddings.shape[0])
   enumeration.validate_sizes(k_pool, max_size, k1=k1, num_tools=num_tools)
@@ -432,7 +460,10 @@ def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *
     pad = batch_size - chunk.shape[0]
     if pad:
       chunk = np.concatenate([chunk, np.zeros((pad, chunk.shape[1]), np.float32)])
-    out = predict_prepared(model, chunk, k1=k1, k_pool=k_pool, max_size=max_size,
-                           method=method, ranking=ranking)
+    kw = dict(k1=k1, k_pool=k_pool, max_size=max_size, method=method)
+    out = ((predict_prepared(model, chunk, ranking=ranking, **kw),) if rankings is None else
+           predict_prepared_rankings(model, chunk, rankings=tuple(rankings), **kw))
     chunks.append(jax.tree.map(lambda a, m=batch_size - pad: np.asarray(a)[:m], out))
-  return Prediction(*(np.concatenate(parts) for parts in zip(*chunks)))
+  preds = tuple(Prediction(*(np.concatenate(parts) for parts in zip(*(c[i] for c in chunks))))
+                for i in range(len(chunks[0])))
+  return preds[0] if rankings is None else preds

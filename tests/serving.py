@@ -31,7 +31,8 @@ def train_tiny_model(workdir: pathlib.Path) -> pathlib.Path:
   from hyset_jax.encoder import DEFAULT_MODEL_NAME
   from hyset_jax.train import train_and_evaluate
   data = dataclasses.replace(testing.synthetic_data(dim=384), query_encoder=DEFAULT_MODEL_NAME)
-  train_and_evaluate(testing.small_config(), workdir, data=data, progress=False)
+  # One device: serving is tested here, not the sharded step (its compile is half as long).
+  train_and_evaluate(testing.small_config(), workdir, data=data, progress=False, num_devices=1)
   return workdir / "final"  # after the 12 steps: trained interaction matrices
 
 

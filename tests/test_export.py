@@ -67,7 +67,9 @@ def trained(tmp_path_factory):
                                    warmup_steps=2, k_neg=12, log_every=5, eval_every=5,
                                    checkpoint_every=5, patience=100, eval_batch_size=64)
   workdir = root / "run"
-  train.train_and_evaluate(config_lib.validate(c), workdir, data=data, progress=False)
+  # One device: the exports are tested here, not the sharded step (half the compile time).
+  train.train_and_evaluate(config_lib.validate(c), workdir, data=data, progress=False,
+                           num_devices=1)
   # Every test query, plus random directions: more shortlists and sets to compare.
   rng = np.random.default_rng(0)
   extra = rng.normal(size=(64, 16)).astype(np.float32)

@@ -56,6 +56,25 @@ def wait_for_pids(proc, n, deadline=60):
   raise AssertionError("the launcher never reported its rank pids")
 
 
+@pytest.fixture(scope="session")
+def two_device_reference(tmp_path_factory, worker_id):
+  """The reference of the multi-process tests: one process on two devices (the same 2-way data
+  mesh), 8 steps of the synthetic config. Trained once per test run: the xdist workers share it
+  through a lock in their common temporary folder. Returns (workdir, its JSON summary line)."""
+  import filelock
+  base = tmp_path_factory.getbasetemp()
+  root = base if worker_id == "master" else base.parent
+  workdir, out = root / "two-device-reference", root / "two-device-reference.out"
+  with filelock.FileLock(str(root / "two-device-reference.lock")):
+    if not out.exists():
+      run = subprocess.run([sys.executable, str(SCRIPT), str(workdir), "8"], cwd=REPO, text=True,
+                           env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"),
+                           capture_output=True, timeout=300)
+      assert run.returncode == 0, run.stdout + run.stderr
+      out.write_text(run.stdout)
+  return workdir, out.read_text()
+
+
 def alive(pid):
   try:
     os.kill(pid, 0)
@@ -80,13 +99,11 @@ def test_helpers():
 
 
 @pytest.mark.heavy
-def test_two_processes_equal_one_process_and_resume(tmp_path):
+def test_two_processes_equal_one_process_and_resume(tmp_path, two_device_reference):
   """Same global batch of 16 on a 2-device mesh: one process with two devices, or two
   processes with one each (interrupted after 4 steps and resumed) — the same θ."""
-  single = subprocess.Popen(
-      [sys.executable, str(SCRIPT), str(tmp_path / "one"), "8"], cwd=REPO, text=True,
-      env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"),
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  one, out1 = two_device_reference
+  assert '"processes": 1, "devices": 2' in out1
   multi = tmp_path / "two"
   common = ["-n", "2", "--timeout", "240", "--", "python", str(SCRIPT), str(multi), "8"]
   first = launch(common + ["4"], tmp_path / "logs1", stdout=subprocess.PIPE,
@@ -98,11 +115,8 @@ def test_two_processes_equal_one_process_and_resume(tmp_path):
   out = second.communicate(timeout=300)[0]
   assert second.returncode == 0, out
   assert '"steps": 8' in out
-  out1 = single.communicate(timeout=300)[0]
-  assert single.returncode == 0, out1
-  assert '"processes": 1, "devices": 2' in out1
   for name in ("final", "best"):
-    a, b = read_params(tmp_path / "one" / name), read_params(multi / name)
+    a, b = read_params(one / name), read_params(multi / name)
     for k in a:
       np.testing.assert_allclose(a[k], b[k], atol=1e-5, err_msg=f"{name}/{k}")
   # Process 0 alone wrote the logs and exports; both ranks logged to their own files.
@@ -304,18 +318,15 @@ def _run_k8s(tmp_path, bin_dir):
 
 
 @pytest.mark.heavy
-def test_slurm_and_kubernetes_templates_train_like_the_local_launcher(tmp_path):
+def test_slurm_and_kubernetes_templates_train_like_the_local_launcher(tmp_path,
+                                                                     two_device_reference):
   """slurm.sbatch under a stand-in srun (2 tasks, JAX's own SLURM detection through
   HYSET_DISTRIBUTED=auto) and the Indexed Job's pods give launch/local.py -n 2's parameters.
 
   The reference is one process on two devices (the same 2-way data mesh), which
-  test_two_processes_equal_one_process_and_resume shows equals launch/local.py -n 2: one
-  process instead of two, started first so it trains while the simulated jobs do."""
+  test_two_processes_equal_one_process_and_resume shows equals launch/local.py -n 2."""
   bin_dir = stand_in_bin(tmp_path)
-  ref = subprocess.Popen(
-      [sys.executable, str(SCRIPT), "train", "--workdir", str(tmp_path / "local")], cwd=REPO,
-      text=True, env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"),
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+  local, _ = two_device_reference
 
   (tmp_path / "srun").mkdir()
   slurm = subprocess.run(
@@ -332,13 +343,10 @@ def test_slurm_and_kubernetes_templates_train_like_the_local_launcher(tmp_path):
 
   k8s_workdir, outs = _run_k8s(tmp_path, bin_dir)
   assert '"process": 1, "processes": 2' in "".join(outs)
-  out = ref.communicate(timeout=300)[0]
-  assert ref.returncode == 0, out
-  assert '"processes": 1, "devices": 2' in out
 
   for workdir in (tmp_path / "slurm", k8s_workdir):
     for name in ("final", "best"):
-      a, b = read_params(tmp_path / "local" / name), read_params(workdir / name)
+      a, b = read_params(local / name), read_params(workdir / name)
       for k in a:
         np.testing.assert_allclose(a[k], b[k], atol=1e-5, err_msg=f"{workdir} {name}/{k}")
 

@@ -71,7 +71,7 @@ def test_shortlist_pairs_sum_to_the_set_term():
       members = tools[q, list(subset)]
       m = len(subset)
       from_pairs = sum(pairs[q, m - 2, i, j] for i, j in itertools.combinations(subset, 2))
-      f_align = float(scoring.set_scores(params._replace(
+      f_align = float(jax.jit(scoring.set_scores)(params._replace(
           interactions=0 * params.interactions, conditioned=None), r[q:q + 1],
           members[None, None], np.ones((1, 1, m), bool))[0, 0])
       assert from_pairs + f_align == pytest.approx(brute_score(params, r[q], members), abs=1e-3)
@@ -112,7 +112,8 @@ def test_gradients_reach_the_tower_and_the_conditioned_term():
   r = jnp.asarray(rng.normal(size=(2, 6)), jnp.float32)
   members = rng.integers(0, 12, (2, 4, 3))
   mask = np.ones((2, 4, 3), bool)
-  grads = jax.grad(lambda p: jnp.sum(scoring.set_scores(p, r, members, mask) ** 2))(params)
+  grads = jax.jit(jax.grad(lambda p: jnp.sum(scoring.set_scores(p, r, members, mask) ** 2)))(
+      params)
   assert np.any(grads.tower.w_out) and np.any(grads.conditioned.w)
   assert np.any(grads.conditioned.v) and np.any(grads.conditioned.b)
 

@@ -108,20 +108,35 @@ def test_a_tie_at_the_row_boundary_is_detected_and_scanned():
   assert int(full.tools[0, 1]) == n - 1              # largest ℓ among the tied tools
 
 
-@pytest.mark.parametrize("method,ranking",
-                         [(m, "greedy") for m in choices.ENUMERATION_METHODS]
-                         + [("gather", r) for r in choices.RANKINGS if r != "greedy"])
-def test_prepared_predict_equals_the_reference_path(method, ranking):
+@pytest.mark.parametrize("method", [m for m in choices.ENUMERATION_METHODS if m != "gather"])
+def test_prepared_predict_equals_the_reference_path(method):
   rng = np.random.default_rng(2)
   params = make_params(rng, 120, 10, 4, scale=0.3, d_r=7)
-  r = rng.normal(size=(70, 7)).astype(np.float32)      # 70 = one full chunk + a remainder
-  kw = dict(k1=5, k_pool=10, max_size=4, method=method, ranking=ranking)
+  r = rng.normal(size=(70, 7)).astype(np.float32)
+  kw = dict(k1=5, k_pool=10, max_size=4, method=method, ranking="greedy")
   want = inference.predict(params, r, **kw)
   got = inference.predict_prepared(inference.prepare(params, max_size=4, k_pool=10), r, **kw)
   assert_same_prediction(got, want)
-  if method == "gather":
-    batched = inference.predict_batched(params, r, batch_size=32, **kw)
-    assert_same_prediction(batched, want)
+
+
+def test_prepared_predict_with_every_ranking_equals_the_reference_path():
+  """predict_prepared_rankings (one stage 2, every ranking) and predict_batched with
+  ``rankings`` give what the reference path gives for each ranking alone."""
+  rng = np.random.default_rng(2)
+  params = make_params(rng, 120, 10, 4, scale=0.3, d_r=7)
+  r = rng.normal(size=(70, 7)).astype(np.float32)      # 70 = two chunks of 32 + a remainder
+  kw = dict(k1=5, k_pool=10, max_size=4, method="gather")
+  want = [inference.predict(params, r, ranking=name, **kw) for name in choices.RANKINGS]
+  prep = inference.prepare(params, max_size=4, k_pool=10)
+  got = inference.predict_prepared_rankings(prep, r, rankings=choices.RANKINGS, **kw)
+  batched = inference.predict_batched(params, r, batch_size=32, rankings=choices.RANKINGS, **kw)
+  assert len(got) == len(batched) == len(choices.RANKINGS)
+  for g, b, w in zip(got, batched, want):
+    assert_same_prediction(g, w)
+    assert_same_prediction(b, w)
+  assert not np.array_equal(want[0].ranking, want[1].ranking)   # the rankings do differ here
+  with pytest.raises(ValueError, match="ranking or rankings"):
+    inference.predict_batched(params, r, ranking="logit", rankings=("greedy",), **kw)
 
 
 @pytest.mark.parametrize("k_pool,max_size,batch", [(8, 3, 5), (20, 5, 130), (10, 4, 64)])
@@ -161,28 +176,28 @@ def test_rankings_on_a_hand_checkable_case():
     inference.rank_tools(logits, pairs, pos, "magic", 2)
 
 
-@pytest.mark.parametrize("ranking", list(choices.RANKINGS))
-def test_rankings_match_brute_force(ranking):
+def test_rankings_match_brute_force():
   rng = np.random.default_rng(5)
   n, d, k1, k_pool, m = 30, 6, 4, 8, 3
   params = make_params(rng, n, d, m, scale=0.8)
   r = rng.normal(size=(3, d))
-  pred = inference.predict_batched(params, r.astype(np.float32), k1=k1, k_pool=k_pool,
-                                   max_size=m, ranking=ranking)
+  preds = inference.predict_batched(params, r.astype(np.float32), k1=k1, k_pool=k_pool,
+                                    max_size=m, rankings=choices.RANKINGS)
   z, p, ms = (np.asarray(a, np.float64) for a in (params.tool_embeddings, params.projection,
                                                    params.interactions))
   for q in range(3):
     shortlist, best, _, greedy = ref.two_stage(r[q], z, p, ms, k1, k_pool, m)
     ell = z @ (r[q] @ p)
     by_ell = lambda ts: sorted(ts, key=lambda t: -ell[t])
-    if ranking == "logit":
-      want = shortlist
-    elif ranking == "set-first":
-      want = by_ell(best) + by_ell([t for t in shortlist if t not in best])
-    else:
-      want = greedy + by_ell([t for t in shortlist if t not in greedy])
-    assert list(pred.ranking[q]) == want
-    assert tuple(sorted(t for t in pred.set_tools[q] if t >= 0)) == best
+    for ranking, pred in zip(choices.RANKINGS, preds):
+      if ranking == "logit":
+        want = shortlist
+      elif ranking == "set-first":
+        want = by_ell(best) + by_ell([t for t in shortlist if t not in best])
+      else:
+        want = greedy + by_ell([t for t in shortlist if t not in greedy])
+      assert list(pred.ranking[q]) == want, ranking
+      assert tuple(sorted(t for t in pred.set_tools[q] if t >= 0)) == best
 
 
 def test_neighbor_table_cache_is_keyed_and_rebuilt_when_bad(tmp_path):

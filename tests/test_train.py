@@ -142,14 +142,16 @@ def test_rewards_and_ablations_run(tmp_path):
   data = synthetic_data()
   c = small_config(config_lib.RewardConfig(provider="proxy", refresh_every=2, refresh_size=16),
                    eta=0.5, num_steps=4)
-  out = train.train_and_evaluate(c, tmp_path / "proxy", data=data, progress=False)
+  # One device each: these are other programs than the sharded step (tested above); on one
+  # device they compile in about half the time.
+  out = train.train_and_evaluate(c, tmp_path / "proxy", data=data, progress=False, num_devices=1)
   rows = [json.loads(x) for x in (tmp_path / "proxy" / "metrics.jsonl").read_text().splitlines()]
   assert any(r.get("loss_self", 0) > 0 for r in rows)
   assert out["steps"] == 4
   for mode in ("shared", "identity", "none"):
     c = small_config(num_steps=2)
     c.model.interaction = mode
-    train.train_and_evaluate(c, tmp_path / mode, data=data, progress=False)
+    train.train_and_evaluate(c, tmp_path / mode, data=data, progress=False, num_devices=1)
     m = read_final(tmp_path / mode)
     if mode == "shared":
       np.testing.assert_allclose(m["interaction_2"], m["interaction_3"])
