@@ -9,11 +9,12 @@ best-by-validation model on the test split. Rows:
 - HYSET untrained (= dense);
 - HYSET, paper configuration: the config with the paper's choices put back (Eq. 10 with the
   50/30/20 mix, no per-tool loss, no shortlist negatives, no exhaustive-shortlist loss, linear
-  P, no conditioned term, greedy ranking) — for ``--config toollens`` this is ``--config paper``;
+  P, no conditioned term, greedy ranking, 1,500 steps) — for ``--config toollens`` this is
+  ``--config paper``;
 - HYSET, preset: the config as shipped;
 - ablations on the preset (``--ablation-seeds``; ``--ablations TAG…`` picks some): no query tower,
   no conditioned term, no per-tool loss, no exhaustive-shortlist loss, no F_set, identity M, one
-  shared M;
+  shared M, 1,500 training steps instead of the preset's;
 - the first preset seed's model under every ranking (greedy, logit, set-first);
 - trained baselines on the same frozen embeddings (hyset_jax.retrievers.trained, seeded like
   HYSET): per-tool linear and MLP heads (per-tool softmax loss; set = top 5, and again with a
@@ -197,7 +198,7 @@ def main() -> None:
   parser.add_argument("--ablation-seeds", type=int, nargs="+", default=[0])
   parser.add_argument("--ablations", nargs="*", metavar="TAG",
                       help="only these ablation rows (tags: notower nocond notool noenum noset "
-                           "identity shared ztrain; none given: no ablations; default: all)")
+                           "identity shared ztrain steps1500; none given: no ablations; default: all)")
   parser.add_argument("--runs", default="runs/results")
   parser.add_argument("--multi-tool", action="store_true",
                       help="also a table on the test queries with ≥ 2 gold tools")
@@ -235,7 +236,7 @@ def main() -> None:
   # (or one part of F_set) from the preset at a time.
   paper = ["train.tool_loss_weight=0", "train.shortlist_negatives=0",
            "train.exhaustive_loss_weight=0", "model.tower_depth=0", "model.conditioned=false",
-           "model.ranking=greedy"]
+           "model.ranking=greedy", "train.num_steps=1500"]   # = configs/paper.py
   paper_seeds = args.seeds if args.paper_seeds is None else args.paper_seeds
   variants = [("HYSET, paper configuration", "paper", paper, paper_seeds),
               ("HYSET, preset", "preset", [], args.seeds)]
@@ -246,7 +247,8 @@ def main() -> None:
                 ["train.exhaustive_loss_weight=0"]),
                ("preset, no F_set", "noset", ["model.interaction=none"]),
                ("preset, identity M", "identity", ["model.interaction=identity"]),
-               ("preset, one shared M", "shared", ["model.interaction=shared"])]
+               ("preset, one shared M", "shared", ["model.interaction=shared"]),
+               ("preset, 1,500 steps", "steps1500", ["train.num_steps=1500"])]
   if not config.model.train_tool_embeddings:
     ablations.append(("preset, Z trained (paper)", "ztrain", ["model.train_tool_embeddings=true"]))
   variants += [(label, tag, o, args.ablation_seeds) for label, tag, o in ablations
