@@ -295,6 +295,9 @@ def main() -> None:
     lines += ["", f"Multi-tool test queries only (|E*| ≥ 2: {len(multi)} queries):", ""]
     lines += table(rows["multi"])
   lines.append("")
+  if not costs and not args.baselines_only:
+    lines.append("Training wall time: no HYSET run was trained start to end in this invocation "
+                 f"(all reused from {runs}/).")
   if costs:
     lines.append("Training wall time per run trained start to end in this invocation (s, this "
                  "CPU, to early stop or the step budget): " +
