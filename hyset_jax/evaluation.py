@@ -21,10 +21,8 @@ def evaluate_split(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ...],
   ``mc`` (a ModelConfig) gives K1, K_pool and M; ``ranking`` a ranking method (None: the
   inference default).
   """
-  pred = inference.predict_batched(jax.device_get(params), qs.embeddings, k1=mc.k1,
-                                   k_pool=mc.k_pool, max_size=mc.max_set_size,
-                                   batch_size=batch_size, ranking=ranking)
-  return _metrics(pred, qs, tool_ids)
+  ranking = ranking or inference.DEFAULT_RANKING
+  return evaluate_rankings(params, qs, tool_ids, mc, batch_size, (ranking,))[ranking]
 
 
 def evaluate_rankings(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ...], mc,

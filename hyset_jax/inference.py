@@ -423,7 +423,8 @@ def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *
                     neighbor_table: bool | None = None,
                     rankings: tuple[Ranking, ...] | None = None
                     ) -> Prediction | tuple[Prediction, ...]:
-  """:func:`predict_prepared` over any number of queries in fixed-size chunks (one compilation).
+  """:func:`predict_prepared` over any number of queries in fixed-size chunks (one compilation
+  of :func:`predict_prepared_rankings`, which the single-ranking case runs with one name).
 
   Args:
     model: θ (prepared here) or a :class:`PreparedModel` (prepared with this ``max_size``).
@@ -441,6 +442,7 @@ def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *
   """
   if rankings is not None and ranking is not None:
     raise ValueError("predict_batched takes ranking or rankings, not both")
+  names = tuple(rankings) if rankings is not None else (ranking or DEFAULT_RANKING,)
   params = model.params if isinstance(model, PreparedModel) else model
   num_tools = int(params.tool_embeddings.shape[0])
   enumeration.validate_sizes(k_pool, max_size, k1=k1, num_tools=num_tools)
@@ -460,10 +462,9 @@ def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *
     pad = batch_size - chunk.shape[0]
     if pad:
       chunk = np.concatenate([chunk, np.zeros((pad, chunk.shape[1]), np.float32)])
-    kw = dict(k1=k1, k_pool=k_pool, max_size=max_size, method=method)
-    out = ((predict_prepared(model, chunk, ranking=ranking, **kw),) if rankings is None else
-           predict_prepared_rankings(model, chunk, rankings=tuple(rankings), **kw))
+    out = predict_prepared_rankings(model, chunk, k1=k1, k_pool=k_pool, max_size=max_size,
+                                    method=method, rankings=names)
     chunks.append(jax.tree.map(lambda a, m=batch_size - pad: np.asarray(a)[:m], out))
   preds = tuple(Prediction(*(np.concatenate(parts) for parts in zip(*(c[i] for c in chunks))))
-                for i in range(len(chunks[0])))
+                for i in range(len(names)))
   return preds[0] if rankings is None else preds
