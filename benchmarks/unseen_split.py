@@ -9,13 +9,19 @@ known tools. From all queries of the data set (every split pooled), it holds out
 ``--sets`` multi-tool gold sets (|E*| ≥ 2), drawn in a seeded random order and kept only
 if each of their tools still occurs in some training set once every held-out set is
 gone. Every query whose gold set is held out goes to test; all other queries go to
-train (a validation split is carved from train by query-id hash when the data is read,
-as for the official split; the tool coverage is checked after that carve).
+train.
 
-Writes a BEIR folder (corpus.jsonl, queries.jsonl, qrels/train.tsv, qrels/test.tsv) that
-every method reads as ``beir:DIR``, plus ``split.json`` recording the source, seed, held-out
-sets and counts. Deterministic given the data and the seed; an existing DIR is kept unless
-``--force``.
+Validation is held out the same way (``--validation-sets V``, default 20): the next V sets of
+the same draw, under the same coverage rule, go to ``qrels/validation.tsv``, so that early
+stopping and the choice of the ranking see new combinations too, as the test does. A
+validation split carved from train (``--validation-sets 0``) holds sets that training also
+sees; measured on ToolLens, a model selected on it is the one that memorised the training
+sets best (README, unseen-split table). With a carve, the tool coverage is checked after it.
+
+Writes a BEIR folder (corpus.jsonl, queries.jsonl, qrels/train.tsv, [qrels/validation.tsv,]
+qrels/test.tsv) that every method reads as ``beir:DIR``, plus ``split.json`` recording the
+source, seed, held-out sets and counts. Deterministic given the data and the seed; an existing
+DIR is kept unless ``--force``.
 """
 from __future__ import annotations
 
@@ -34,14 +40,20 @@ from hyset_jax.data.types import Dataset, Query
 from hyset_jax.errors import UserError
 
 DEFAULT_SETS = 40
+DEFAULT_VALIDATION_SETS = 20
 
 
 @dataclasses.dataclass(frozen=True)
 class UnseenSplit:
-  """The split: train and test queries and the held-out gold sets (sorted tool ids)."""
+  """The split: train, validation and test queries and the held-out gold sets (sorted tool ids).
+
+  ``validation`` is empty (and ``validation_sets`` too) when validation is carved from train.
+  """
   train: tuple[Query, ...]
   test: tuple[Query, ...]
   held_out: tuple[tuple[str, ...], ...]
+  validation: tuple[Query, ...] = ()
+  validation_sets: tuple[tuple[str, ...], ...] = ()
 
 
 def pooled_queries(dataset: Dataset) -> list[Query]:
@@ -64,20 +76,24 @@ def train_after_carve(queries: Sequence[Query], dataset: Dataset, fraction: floa
   return {q.id for q in carved.splits["train"]}
 
 
-def hold_out(queries: Sequence[Query], n_sets: int, seed: int, kept: set[str]) -> UnseenSplit:
-  """Holds out ``n_sets`` multi-tool gold sets whose tools stay covered by training sets.
+def hold_out(queries: Sequence[Query], n_sets: int, seed: int, kept: set[str],
+             n_validation: int = 0) -> UnseenSplit:
+  """Holds out ``n_sets`` (+ ``n_validation``) multi-tool gold sets whose tools stay covered.
 
   Args:
     queries: the pooled queries.
-    n_sets: how many sets to hold out.
+    n_sets: how many sets to hold out for test.
     seed: the draw order of the candidate sets.
-    kept: ids of the queries that stay in train after the validation carve; a set
-      covers its tools only through such queries.
+    kept: ids of the queries that stay in train after the validation carve (every query when
+      validation is held out instead); a set covers its tools only through such queries.
+    n_validation: how many further sets to hold out for validation (0 = validation is carved
+      from train when the data is read).
 
   Returns:
     The split. Candidates are the distinct multi-tool sets, sorted, then permuted by
     ``numpy.random.default_rng(seed)``; a candidate is held out if every one of its tools
-    is in at least one other set that is still in training (with a query in ``kept``).
+    is in at least one other set that is still in training (with a query in ``kept``). The
+    first ``n_sets`` held out are the test sets, the next ``n_validation`` the validation sets.
   """
   by_set: dict[tuple[str, ...], list[Query]] = collections.defaultdict(list)
   for q in queries:
@@ -90,7 +106,7 @@ def hold_out(queries: Sequence[Query], n_sets: int, seed: int, kept: set[str]) -
   order = np.random.default_rng(seed).permutation(len(candidates))
   held: list[tuple[str, ...]] = []
   for i in order:
-    if len(held) == n_sets:
+    if len(held) == n_sets + n_validation:
       break
     s = candidates[i]
     own = int(any(q.id in kept for q in by_set[s]))  # does s count towards its own tools?
@@ -98,29 +114,36 @@ def hold_out(queries: Sequence[Query], n_sets: int, seed: int, kept: set[str]) -
       held.append(s)
       if own:
         covering.subtract(s)
-  if len(held) < n_sets:
+  if len(held) < n_sets + n_validation:
     raise UserError(f"only {len(held)} of {len(candidates)} multi-tool gold sets can be held out "
-                    f"with every tool still in a training set; asked for --sets {n_sets}")
-  held_set = set(held)
-  test = tuple(q for q in queries if tuple(sorted(q.gold)) in held_set)
-  train = tuple(q for q in queries if tuple(sorted(q.gold)) not in held_set)
-  return UnseenSplit(train, test, tuple(sorted(held)))
+                    f"with every tool still in a training set; asked for --sets {n_sets}"
+                    + (f" + --validation-sets {n_validation}" if n_validation else ""))
+  test_sets, val_sets = set(held[:n_sets]), set(held[n_sets:])
+  key = lambda q: tuple(sorted(q.gold))
+  test = tuple(q for q in queries if key(q) in test_sets)
+  validation = tuple(q for q in queries if key(q) in val_sets)
+  train = tuple(q for q in queries if key(q) not in test_sets and key(q) not in val_sets)
+  return UnseenSplit(train, test, tuple(sorted(test_sets)), validation, tuple(sorted(val_sets)))
 
 
 def write_beir(out: pathlib.Path, dataset: Dataset, split: UnseenSplit) -> None:
-  """corpus.jsonl, queries.jsonl and qrels/{train,test}.tsv under ``out`` (beir.py's layout)."""
+  """corpus.jsonl, queries.jsonl and qrels/{train,[validation,]test}.tsv under ``out`` (beir.py's
+  layout)."""
   with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
     for tool_id, text, meta in zip(dataset.tools.ids, dataset.tools.texts, dataset.tools.metadata):
       # The reader's tool text is title + " " + text, stripped: an empty title keeps it.
       f.write(json.dumps({"_id": tool_id, "title": "", "text": text, "metadata": meta},
                          ensure_ascii=False) + "\n")
   with open(out / "queries.jsonl", "w", encoding="utf-8") as f:
-    for q in split.train + split.test:
+    for q in split.train + split.validation + split.test:
       meta = {"source": q.source} if q.source else {}
       f.write(json.dumps({"_id": q.id, "text": q.text, "metadata": meta}, ensure_ascii=False)
               + "\n")
   (out / "qrels").mkdir()
-  for name, qs in (("train", split.train), ("test", split.test)):
+  for name, qs in (("train", split.train), ("validation", split.validation),
+                   ("test", split.test)):
+    if name == "validation" and not qs:
+      continue  # carved from train when the data is read
     with open(out / "qrels" / f"{name}.tsv", "w", encoding="utf-8") as f:
       f.write("query-id\tcorpus-id\tscore\n")
       for q in qs:
@@ -131,7 +154,9 @@ def write_beir(out: pathlib.Path, dataset: Dataset, split: UnseenSplit) -> None:
 def check_written(out: pathlib.Path, fraction: float) -> dict[str, int]:
   """Reads the folder back as ``beir:`` and checks the split's promises; returns the counts.
 
-  Train here is what a method trains on: the qrels' train minus the validation carve.
+  Train here is what a method trains on: the qrels' train minus the validation carve (when the
+  folder has no validation qrels). Held-out validation sets must be unseen in train too, and
+  disjoint from the test sets.
   """
   from hyset_jax.data.specs import load_dataset
   from hyset_jax.data.splits import with_validation
@@ -139,12 +164,16 @@ def check_written(out: pathlib.Path, fraction: float) -> dict[str, int]:
   train, test = data.split("train"), data.split("test")
   train_sets = {q.gold for q in train}
   train_tools = {t for q in train for t in q.gold}
-  seen_sets = [q.id for q in test if q.gold in train_sets]
-  unseen_tools = sorted({t for q in test for t in q.gold} - train_tools)
-  if seen_sets or unseen_tools:
-    raise RuntimeError(f"unseen split {out} is broken: {len(seen_sets)} test queries have a "
-                       f"training gold set (e.g. {seen_sets[:3]}), {len(unseen_tools)} test tools "
-                       f"are in no training query (e.g. {unseen_tools[:3]})")
+  held = list(test) + (list(data.split("validation"))
+                       if (out / "qrels" / "validation.tsv").exists() else [])
+  seen_sets = [q.id for q in held if q.gold in train_sets]
+  unseen_tools = sorted({t for q in held for t in q.gold} - train_tools)
+  shared = {q.gold for q in test} & {q.gold for q in held[len(test):]}
+  if seen_sets or unseen_tools or shared:
+    raise RuntimeError(f"unseen split {out} is broken: {len(seen_sets)} held-out queries have a "
+                       f"training gold set (e.g. {seen_sets[:3]}), {len(unseen_tools)} held-out "
+                       f"tools are in no training query (e.g. {unseen_tools[:3]}), "
+                       f"{len(shared)} sets are in both validation and test")
   return {"train": len(train), "validation": len(data.split("validation")), "test": len(test),
           "test_sets": len({q.gold for q in test}), "train_sets": len(train_sets)}
 
@@ -154,6 +183,8 @@ def run(args: argparse.Namespace) -> int:
   from hyset_jax.data.specs import load_dataset
   if args.sets < 1:
     raise UserError(f"--sets must be >= 1, got {args.sets}")
+  if args.validation_sets < 0:
+    raise UserError(f"--validation-sets must be >= 0, got {args.validation_sets}")
   if not 0 < args.validation_fraction < 1:
     raise UserError(f"--validation-fraction must be in (0, 1), got {args.validation_fraction}")
   out = pathlib.Path(args.out)
@@ -162,28 +193,35 @@ def run(args: argparse.Namespace) -> int:
   io_utils.check_target(out, args.force)  # before reading anything
   dataset = load_dataset(args.data)
   queries = pooled_queries(dataset)
-  kept = train_after_carve(queries, dataset, args.validation_fraction)
-  split = hold_out(queries, args.sets, args.seed, kept)
+  if args.validation_sets:
+    kept = {q.id for q in queries}  # no carve: every query not held out trains
+  else:
+    kept = train_after_carve(queries, dataset, args.validation_fraction)
+  split = hold_out(queries, args.sets, args.seed, kept, args.validation_sets)
   with io_utils.atomic_dir(out, args.force) as tmp:
     write_beir(tmp, dataset, split)
     counts = check_written(tmp, args.validation_fraction)
     n_multi = len({tuple(q.gold) for q in queries if len(q.gold) >= 2})
     manifest = {
         "source": args.data, "seed": args.seed, "sets_requested": args.sets,
-        "validation_fraction": args.validation_fraction,
+        "validation_sets_requested": args.validation_sets,
+        "validation_fraction": args.validation_fraction if not args.validation_sets else None,
         "pooled_queries": len(queries), "multi_tool_sets": n_multi,
         "held_out_sets": len(split.held_out), "held_out_queries": len(split.test),
         "after_carve": counts,
-        "checks": "no test gold set occurs in train; every test tool occurs in train",
+        "checks": "no held-out gold set occurs in train; every held-out tool occurs in train; "
+                  "validation and test sets are disjoint",
         "held_out": [list(s) for s in split.held_out],
+        "validation_held_out": [list(s) for s in split.validation_sets],
     }
     (tmp / "split.json").write_text(json.dumps(manifest, indent=1) + "\n")
   print(f"{args.data}: pooled {len(queries)} queries, {n_multi} distinct multi-tool gold sets; "
         f"held out {len(split.held_out)} sets = {len(split.test)} test queries (seed {args.seed})")
+  how = (f"held out: {len(split.validation_sets)} sets" if args.validation_sets
+         else f"carved, fraction {args.validation_fraction}")
   print(f"train {counts['train']} queries ({counts['train_sets']} distinct sets) + validation "
-        f"{counts['validation']} (carved, fraction {args.validation_fraction}); test "
-        f"{counts['test']} over {counts['test_sets']} sets")
-  print("checked: no test gold set occurs in train; every test tool occurs in train")
+        f"{counts['validation']} ({how}); test {counts['test']} over {counts['test_sets']} sets")
+  print("checked: no held-out gold set occurs in train; every held-out tool occurs in train")
   print(f"wrote {out} (read it as beir:{out})")
   return 0
 
@@ -196,9 +234,14 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--seed", type=int, default=0, help="draw order of the held-out sets")
   parser.add_argument("--sets", type=int, default=DEFAULT_SETS,
                       help=f"how many multi-tool gold sets to hold out (default {DEFAULT_SETS})")
+  parser.add_argument("--validation-sets", type=int, default=DEFAULT_VALIDATION_SETS,
+                      help="further multi-tool gold sets held out the same way for validation "
+                           f"(default {DEFAULT_VALIDATION_SETS}); 0 = validation is carved from "
+                           "train, so its sets are seen in training")
   parser.add_argument("--validation-fraction", type=float,
                       default=DataConfig.validation_fraction,
-                      help="the validation carve training will apply (for the coverage check)")
+                      help="with --validation-sets 0: the validation carve training will apply "
+                           "(for the coverage check)")
   parser.add_argument("--out", required=True, metavar="DIR", help="BEIR directory to write")
   parser.add_argument("--force", action="store_true", help="replace an existing --out")
   parser.set_defaults(func=run)

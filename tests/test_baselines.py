@@ -159,12 +159,28 @@ def test_unseen_split_on_toollens(tmp_path, capsys):
       len(qs) for qs in official.splits.values())
   assert manifest["held_out_queries"] == len(test)
   assert data.tools == official.tools
+  # Validation is held out the same way (default 20 sets): new combinations, not test's either.
+  val = data.split("validation")
+  val_sets = {tuple(s) for s in manifest["validation_held_out"]}
+  assert len(val_sets) == 20 and {q.gold for q in val} == val_sets
+  assert not val_sets & held and not val_sets & {q.gold for q in train}
+  assert {t for q in val for t in q.gold} <= {t for q in train for t in q.gold}
   # Same seed: the same bytes; another seed: other sets.
   assert _split(tmp_path, "b", "--seed", "0", "--sets", "10") == 0
   for f in ("corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv", "split.json"):
     assert (tmp_path / "a" / f).read_bytes() == (tmp_path / "b" / f).read_bytes()
   assert _split(tmp_path, "c", "--seed", "1", "--sets", "10") == 0
   assert json.loads((tmp_path / "c" / "split.json").read_text())["held_out"] != manifest["held_out"]
+  # --validation-sets 0: validation is carved from train when read (its sets are seen there),
+  # and the test sets are still unseen after the carve.
+  assert _split(tmp_path, "d", "--seed", "0", "--sets", "10", "--validation-sets", "0") == 0
+  assert not (tmp_path / "d" / "qrels" / "validation.tsv").exists()
+  carved = with_validation(load_dataset(f"beir:{tmp_path / 'd'}"))
+  carved_train = {q.gold for q in carved.split("train")}
+  assert not {q.gold for q in carved.split("test")} & carved_train
+  carved_val = carved.split("validation")
+  assert sum(q.gold in carved_train for q in carved_val) > 0.9 * len(carved_val) > 0
+  assert "carved" in capsys.readouterr().out
 
 
 def test_unseen_split_refuses_to_clobber(tmp_path, capsys):
@@ -180,4 +196,8 @@ def test_unseen_split_refuses_to_clobber(tmp_path, capsys):
   assert (tmp_path / "f").read_text() == "x"
   assert _split(tmp_path, "g", "--sets", "100000") == 2
   assert "can be held out" in capsys.readouterr().err
+  assert _split(tmp_path, "g", "--sets", "3", "--validation-sets", "100000") == 2
+  assert "--validation-sets 100000" in capsys.readouterr().err
+  assert _split(tmp_path, "g", "--sets", "3", "--validation-sets", "-1") == 2
+  assert "--validation-sets must be >= 0" in capsys.readouterr().err
   assert not (tmp_path / "g").exists()

@@ -288,11 +288,11 @@ def test_hyset_encode_embeds_beir_rows_as_the_reader_does(encoder, tmp_path):
 @pytest.mark.parametrize("content, message", [
     (b'{"text": "ok"}\n{"text": "a",\n', r":2: malformed JSON"),
     (b'{"text": "ok"}\n\n{"title": "no text"}\n', r':3: missing field "text" \(fields present: title\)'),
-    (b'{"text": "ok"}\n{"text": "caf\xe9"}\n', r":2: not UTF-8 \(byte 0xe9"),
+    (b'{"text": "ok"}\n{"text": "caf\xe9"}\n', r":2: invalid UTF-8 byte 0xe9"),
     (b'["text"]\n', r":1: expected a JSON object"),
-    (b'{"text": 3}\n', r':1: field "text" must be a string'),
+    (b'{"text": 3}\n', r":1: field 'text' should be str, found int"),
     (b"\n\n", r"no texts"),
-    (b'{"title": 3, "text": "x"}\n', r':1: field "title" must be a string'),
+    (b'{"title": 3, "text": "x"}\n', r":1: field 'title' should be str or null, found int"),
 ])
 def test_bad_texts_file(tmp_path, content, message):
   path = tmp_path / "bad.jsonl"
@@ -302,8 +302,10 @@ def test_bad_texts_file(tmp_path, content, message):
 
 
 def test_missing_texts_file(tmp_path):
-  with pytest.raises(UserError, match="no such file"):
+  with pytest.raises(UserError, match="missing texts file"):
     read_texts(tmp_path / "nope.jsonl")
+  with pytest.raises(UserError, match="found a directory"):
+    read_texts(tmp_path)
 
 
 def test_hyset_script_exits_2_on_bad_file(tmp_path):

@@ -13,7 +13,6 @@ text before (see :mod:`hyset_jax.encoder.cache`).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
 import sys
@@ -21,6 +20,7 @@ import sys
 import numpy as np
 
 from hyset_jax.commands import int_at_least
+from hyset_jax.data import files
 from hyset_jax.data.beir import document_text
 from hyset_jax.errors import UserError
 
@@ -52,49 +52,28 @@ def add_parser(subparsers) -> None:
 def read_texts(path: str | os.PathLike) -> list[str]:
   """The ``text`` field of every non-blank line of a JSONL file, in order.
 
+  Read with the data readers' strict JSON-lines reader (:mod:`hyset_jax.data.files`), so a
+  texts file fails the way a data file does.
+
   Raises:
     UserError: naming the file, and the line for malformed JSON, a missing or
       non-string ``text``, or bytes that are not UTF-8.
   """
-  path = pathlib.Path(path)
-  try:
-    data = path.read_bytes()
-  except FileNotFoundError:
-    raise UserError(f"{path}: no such file; expected a JSONL file with {_EXPECTED}") from None
-  except IsADirectoryError:
-    raise UserError(f"{path}: is a directory; expected a JSONL file with {_EXPECTED}") from None
-  except OSError as e:
-    raise UserError(f"{path}: cannot read ({e.strerror})") from None
-  if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark some editors add
-    data = data[3:]
+  path = files.require_file(path, "texts file (JSONL)")
   texts = []
-  for lineno, raw in enumerate(data.split(b"\n"), start=1):
-    if not raw.strip():
-      continue
-    try:
-      line = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-      raise UserError(f"{path}:{lineno}: not UTF-8 (byte 0x{raw[e.start]:02x} at column "
-                      f"{e.start + 1}); save the file as UTF-8") from None
-    try:
-      obj = json.loads(line)
-    except json.JSONDecodeError as e:
-      raise UserError(f"{path}:{lineno}: malformed JSON ({e.msg} at column {e.colno}); "
-                      f"expected {_EXPECTED}") from None
-    if not isinstance(obj, dict):
-      raise UserError(f"{path}:{lineno}: expected a JSON object with a \"text\" string, "
-                      f"got a JSON {type(obj).__name__}")
-    if "text" not in obj:
+  for lineno, obj in files.read_jsonl(path):
+    where = f"{path}:{lineno}"
+    if "text" not in obj:  # name what is there: a wrong key is the usual mistake
       fields = ", ".join(sorted(obj)) or "none"
-      raise UserError(f"{path}:{lineno}: missing field \"text\" (fields present: {fields})")
-    if not isinstance(obj["text"], str):
-      raise UserError(f"{path}:{lineno}: field \"text\" must be a string, "
-                      f"got {type(obj['text']).__name__}")
-    if "title" in obj and not isinstance(obj["title"], (str, type(None))):
-      raise UserError(f"{path}:{lineno}: field \"title\" must be a string, "
-                      f"got {type(obj['title']).__name__}")
+      raise UserError(f"{where}: missing field \"text\" (fields present: {fields}); "
+                      f"expected {_EXPECTED}")
+    text = files.get_field(obj, "text", str, where)
+    title = obj.get("title")
+    if not isinstance(title, (str, type(None))):
+      raise UserError(f"{where}: field 'title' should be str or null, found "
+                      f"{type(title).__name__}")
     # Texts without a title are embedded exactly as given (as hyset predict --queries does).
-    texts.append(document_text(obj["title"], obj["text"]) if obj.get("title") else obj["text"])
+    texts.append(document_text(title, text) if title else text)
   if not texts:
     raise UserError(f"{path}: no texts; expected {_EXPECTED}")
   return texts
