@@ -65,6 +65,11 @@ def post(url: str, body, timeout: float = 60.0) -> tuple[int, dict]:
     return e.code, json.loads(e.read())
 
 
+def get(url: str, timeout: float = 60.0) -> tuple[int, dict]:
+  with urllib.request.urlopen(url, timeout=timeout) as r:
+    return r.status, json.loads(r.read())
+
+
 def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 240.0) -> None:
   deadline = time.monotonic() + timeout
   while time.monotonic() < deadline:

@@ -167,6 +167,7 @@ def test_concurrent_requests_share_device_calls(client):
   assert after["requests"] - before["requests"] == 12
   assert after["batches"] - before["batches"] < 12
   assert after["largest_batch"] > 1
+  assert after["waiting"] == 0  # every request answered leaves the queue-depth gauge
   # Same query, same answer, whatever batch it rode in.
   assert results[0].json() == results[6].json()
 
@@ -201,9 +202,10 @@ def test_micro_batcher_groups_and_survives_failures():
 def test_sigterm_answers_requests_in_flight(model_dir, library):
   port = serving.free_port()
   url = f"http://127.0.0.1:{port}"
-  # A long batching wait holds requests in the server when SIGTERM arrives.
+  # A long batching wait holds requests in the server when SIGTERM arrives (shutdown answers
+  # the held batch at once, so the wait does not lengthen the test).
   with serving.server_process(["--model", str(model_dir), "--tools", f"mcp:{library}",
-                               "--max-batch", "8", "--max-wait-ms", "1500"], port) as proc:
+                               "--max-batch", "8", "--max-wait-ms", "10000"], port) as proc:
     answers = [None] * 6
 
     def call(i):
@@ -211,7 +213,13 @@ def test_sigterm_answers_requests_in_flight(model_dir, library):
     threads = [threading.Thread(target=call, args=(i,)) for i in range(6)]
     for t in threads:
       t.start()
-    time.sleep(0.5)
+    # SIGTERM once all six are held in the batcher (not after a guessed sleep: on a loaded
+    # machine a request could still be connecting, and one refused after the signal is not
+    # what this test is about).
+    deadline = time.monotonic() + 60
+    while serving.get(url + "/healthz")[1]["batching"]["waiting"] < 6:
+      assert time.monotonic() < deadline, "the six requests never all reached the batcher"
+      time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
     for t in threads:
       t.join(timeout=60)

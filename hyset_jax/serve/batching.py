@@ -28,16 +28,19 @@ class _Job:
 
 @dataclasses.dataclass
 class BatchStats:
-  """Counters for /healthz and the load benchmark."""
+  """Counters for /healthz and the load benchmark (``waiting``: requests submitted and not yet
+  answered, the queue depth an operator watches)."""
   batches: int = 0
   queries: int = 0
   requests: int = 0
   largest: int = 0
+  waiting: int = 0
 
   def as_dict(self) -> dict[str, float]:
     mean = self.queries / self.batches if self.batches else 0.0
     return {"batches": self.batches, "queries": self.queries, "requests": self.requests,
-            "largest_batch": self.largest, "mean_batch": round(mean, 3)}
+            "largest_batch": self.largest, "mean_batch": round(mean, 3),
+            "waiting": self.waiting}
 
 
 class MicroBatcher:
@@ -80,8 +83,12 @@ class MicroBatcher:
     """The result of ``run`` for this request, once its batch has run."""
     await self.start()
     future = asyncio.get_running_loop().create_future()
-    await self._queue.put(_Job(texts, options, future))
-    return await future
+    self.stats.waiting += 1
+    try:
+      await self._queue.put(_Job(texts, options, future))
+      return await future
+    finally:
+      self.stats.waiting -= 1
 
   async def _next(self, timeout: float | None) -> _Job | None | bool:
     """The next job; None for the stop sentinel; False when ``timeout`` passed first."""
