@@ -14,7 +14,8 @@ best-by-validation model on the test split. Rows:
 - HYSET, preset: the config as shipped;
 - ablations on the preset (``--ablation-seeds``; ``--ablations TAG…`` picks some): no query tower,
   no conditioned term, no per-tool loss, no exhaustive-shortlist loss, no F_set, identity M, one
-  shared M, 1,500 training steps instead of the preset's;
+  shared M, 1,500 training steps instead of the preset's, Z fixed at the encoder's embeddings
+  (or trained, for a preset that fixes it);
 - the first preset seed's model under every ranking (greedy, logit, set-first);
 - trained baselines on the same frozen embeddings (hyset_jax.retrievers.trained, seeded like
   HYSET): per-tool linear and MLP heads (per-tool softmax loss; set = top 5, and again with a
@@ -200,7 +201,7 @@ def main() -> None:
   parser.add_argument("--ablation-seeds", type=int, nargs="+", default=[0])
   parser.add_argument("--ablations", nargs="*", metavar="TAG",
                       help="only these ablation rows (tags: notower nocond notool noenum noset "
-                           "identity shared ztrain steps1500; none given: no ablations; default: all)")
+                           "identity shared ztrain zfixed steps1500; none given: no ablations; default: all)")
   parser.add_argument("--runs", default="runs/results")
   parser.add_argument("--multi-tool", action="store_true",
                       help="also a table on the test queries with ≥ 2 gold tools")
@@ -255,6 +256,8 @@ def main() -> None:
                ("preset, 1,500 steps", "steps1500", ["train.num_steps=1500"])]
   if not config.model.train_tool_embeddings:
     ablations.append(("preset, Z trained (paper)", "ztrain", ["model.train_tool_embeddings=true"]))
+  else:  # Z fixed at the encoder's tool embeddings: F_set can only use what the text says
+    ablations.append(("preset, Z fixed", "zfixed", ["model.train_tool_embeddings=false"]))
   variants += [(label, tag, o, args.ablation_seeds) for label, tag, o in ablations
                if args.ablations is None or tag in args.ablations]
   for label, tag, overrides, seeds in [] if args.baselines_only else variants:
