@@ -188,7 +188,8 @@ def table(rows: dict[str, list[dict]]) -> list[str]:
   return lines
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+  from hyset_jax import cli
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--config", default="toollens")
@@ -213,9 +214,21 @@ def main() -> None:
   parser.add_argument("--head-variants", action="store_true",
                       help="also the per-tool heads with one-vs-rest sigmoid loss "
                            "(--ablation-seeds)")
-  parser.add_argument("--out", default="benchmarks/results")
-  args = parser.parse_args()
+  parser.add_argument("--out", default="benchmarks/results",
+                      help="existing folder for retrieval_<tag>[_baselines].{json,md}")
+  parser.add_argument("--force", action="store_true",
+                      help="replace existing result files of the same name")
+  parser.set_defaults(func=run)
+  return cli.run(parser, argv)
+
+
+def run(args: argparse.Namespace) -> int:
+  from hyset_jax import io_utils
   args.tag = args.tag or args.config
+  stem = f"retrieval_{args.tag}" + ("_baselines" if args.baselines_only else "")
+  # Both outputs checked before an hour of training (an existing result needs --force).
+  out_json, out_md = (io_utils.output_file(pathlib.Path(args.out) / f"{stem}.{ext}", args.force)
+                      for ext in ("json", "md"))
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
   for noisy in ("absl", "orbax", "jax"):
     logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -279,9 +292,6 @@ def main() -> None:
   for name in subsets:
     rows[name].update(trained[name])
 
-  out = pathlib.Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  stem = f"retrieval_{args.tag}" + ("_baselines" if args.baselines_only else "")
   meta = {"command": "python -m benchmarks.retrieval_quality " + " ".join(sys.argv[1:]),
           "date": datetime.date.today().isoformat(), "machine": platform.processor() or
           platform.machine(), "cpus": subprocess.run(["nproc"], capture_output=True,
@@ -289,7 +299,7 @@ def main() -> None:
           "spec": config.data.spec, "test_queries": len(test.ids),
           "multi_tool_test_queries": len(multi),
           "train_wall_s": costs, "fit_wall_s": fit_costs}
-  (out / f"{stem}.json").write_text(json.dumps(
+  out_json.write_text(json.dumps(
       {"meta": meta, "rows": rows["all"], "multi_tool_rows": rows.get("multi", {})}, indent=1))
   lines = [f"{config.data.spec} test split ({len(test.ids)} queries), frozen MiniLM encoder; "
            f"mean ± std over seeds {args.seeds} where several; "
@@ -307,9 +317,10 @@ def main() -> None:
                  ", ".join(f"{k}: {np.mean(v):.0f}" for k, v in costs.items()))
   lines.append("Trained-baseline fit time per seed (s, this CPU, embeddings cached): " +
                ", ".join(f"{k}: {np.mean(v):.0f}" for k, v in fit_costs.items()))
-  (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+  out_md.write_text("\n".join(lines) + "\n")
   print("\n".join(lines))
+  return 0
 
 
 if __name__ == "__main__":
-  main()
+  sys.exit(main())

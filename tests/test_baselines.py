@@ -201,3 +201,20 @@ def test_unseen_split_refuses_to_clobber(tmp_path, capsys):
   assert _split(tmp_path, "g", "--sets", "3", "--validation-sets", "-1") == 2
   assert "--validation-sets must be >= 0" in capsys.readouterr().err
   assert not (tmp_path / "g").exists()
+
+
+# ----------------------------------------------------------------------- quality benchmark
+
+def test_retrieval_quality_checks_its_outputs_before_any_work(tmp_path, capsys):
+  """An existing result needs --force, a missing --out folder is an error: both before the
+  benchmark reads data or trains (so neither costs an hour)."""
+  from benchmarks import retrieval_quality
+  (tmp_path / "retrieval_toollens_baselines.md").write_text("mine")
+  argv = ["--config", "toollens", "--baselines-only", "--out", str(tmp_path)]
+  assert retrieval_quality.main(argv) == 2
+  assert "--force" in capsys.readouterr().err
+  assert (tmp_path / "retrieval_toollens_baselines.md").read_text() == "mine"
+  assert retrieval_quality.main(["--config", "toollens", "--baselines-only",
+                                 "--out", str(tmp_path / "missing")]) == 2
+  err = capsys.readouterr().err
+  assert "missing" in err and "Traceback" not in err
