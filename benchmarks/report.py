@@ -140,3 +140,29 @@ def plot_library(rows, path: pathlib.Path) -> None:
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
+
+
+QUALITY_METRICS = (("recall@5", "R@5"), ("comp@3", "COMP@3"), ("comp@5", "COMP@5"))
+
+
+def plot_quality(rows: dict[str, list[dict]], path, title: str) -> None:
+  """Horizontal bars of R@5, COMP@3 and COMP@5 (%, mean with the seeds' std as error bars) for
+  every row of a retrieval_quality table, in the table's order."""
+  import numpy as np
+  names = list(rows)
+  y = np.arange(len(names))
+  height = 0.8 / len(QUALITY_METRICS)
+  fig, ax = plt.subplots(figsize=(9, 0.32 * len(names) + 1.6))
+  for i, (key, label) in enumerate(QUALITY_METRICS):
+    vals = [[100 * m[key] for m in rows[n]] for n in names]
+    ax.barh(y + (i - 1) * height, [np.mean(v) for v in vals], height,
+            xerr=[np.std(v) if len(v) > 1 else 0 for v in vals], label=label, capsize=2)
+  ax.set_yticks(y, [n if len(n) <= 60 else n[:57] + "..." for n in names], fontsize=7)
+  ax.invert_yaxis()
+  ax.set_xlabel("% of test queries")
+  ax.set_title(title, fontsize=9)
+  ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+  ax.grid(axis="x", alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

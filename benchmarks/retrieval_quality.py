@@ -27,8 +27,9 @@ best-by-validation model on the test split. Rows:
 ``--data SPEC`` runs the config on another data set, e.g. the unseen-set split of
 benchmarks/unseen_split.py; ``--tag`` names its outputs and run directories.
 
-Writes ``retrieval_<tag>.json`` and ``.md`` under --out (``retrieval_<tag>_baselines.*`` with
---baselines-only).
+Writes ``retrieval_<tag>.json``, ``.md`` and ``.png`` (R@5, COMP@3, COMP@5 of every row) under
+--out (``retrieval_<tag>_baselines.*`` with --baselines-only); ``--plot-only`` redraws the plot
+of an existing result.
 """
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ import sys
 import time
 
 import numpy as np
+
+from benchmarks import report
 
 KEYS = ("recall@3", "recall@5", "ndcg@3", "ndcg@5", "comp@3", "comp@5", "set_f1", "set_exact")
 
@@ -218,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="existing folder for retrieval_<tag>[_baselines].{json,md}")
   parser.add_argument("--force", action="store_true",
                       help="replace existing result files of the same name")
+  parser.add_argument("--plot-only", action="store_true",
+                      help="only (re)draw retrieval_<tag>[_baselines].png from its existing "
+                           ".json under --out")
   parser.set_defaults(func=run)
   return cli.run(parser, argv)
 
@@ -226,9 +232,12 @@ def run(args: argparse.Namespace) -> int:
   from hyset_jax import io_utils
   args.tag = args.tag or args.config
   stem = f"retrieval_{args.tag}" + ("_baselines" if args.baselines_only else "")
-  # Both outputs checked before an hour of training (an existing result needs --force).
-  out_json, out_md = (io_utils.output_file(pathlib.Path(args.out) / f"{stem}.{ext}", args.force)
-                      for ext in ("json", "md"))
+  if args.plot_only:
+    return plot_only(args, stem)
+  # Every output checked before an hour of training (an existing result needs --force).
+  out_json, out_md, out_png = (
+      io_utils.output_file(pathlib.Path(args.out) / f"{stem}.{ext}", args.force)
+      for ext in ("json", "md", "png"))
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
   for noisy in ("absl", "orbax", "jax"):
     logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -318,7 +327,26 @@ def run(args: argparse.Namespace) -> int:
   lines.append("Trained-baseline fit time per seed (s, this CPU, embeddings cached): " +
                ", ".join(f"{k}: {np.mean(v):.0f}" for k, v in fit_costs.items()))
   out_md.write_text("\n".join(lines) + "\n")
+  report.plot_quality(rows["all"], out_png, f"{config.data.spec} test ({len(test.ids)} queries)")
   print("\n".join(lines))
+  print(f"wrote {out_json}, {out_md} and {out_png}")
+  return 0
+
+
+def plot_only(args: argparse.Namespace, stem: str) -> int:
+  """``--plot-only``: the plot of an existing ``<stem>.json`` (no data read, nothing trained)."""
+  from hyset_jax import io_utils
+  from hyset_jax.data import files
+  from hyset_jax.errors import UserError
+  src = files.require_file(pathlib.Path(args.out) / f"{stem}.json", "retrieval_quality result")
+  result = files.read_json(src)
+  if not isinstance(result, dict) or not isinstance(result.get("rows"), dict):
+    raise UserError(f"{src}: expected a retrieval_quality result with a \"rows\" object")
+  out_png = io_utils.output_file(pathlib.Path(args.out) / f"{stem}.png", args.force)
+  meta = result.get("meta", {})
+  report.plot_quality(result["rows"], out_png,
+                      f"{meta.get('spec', stem)} test ({meta.get('test_queries', '?')} queries)")
+  print(f"wrote {out_png}")
   return 0
 
 

@@ -218,3 +218,21 @@ def test_retrieval_quality_checks_its_outputs_before_any_work(tmp_path, capsys):
                                  "--out", str(tmp_path / "missing")]) == 2
   err = capsys.readouterr().err
   assert "missing" in err and "Traceback" not in err
+
+
+def test_retrieval_quality_plot_only_draws_an_existing_result(tmp_path, capsys):
+  from benchmarks import retrieval_quality
+  m = {"recall@5": 0.5, "comp@3": 0.1, "comp@5": 0.2}
+  (tmp_path / "retrieval_x.json").write_text(json.dumps(
+      {"meta": {"spec": "beir:x", "test_queries": 3}, "rows": {"a": [m], "b": [m, m]}}))
+  argv = ["--tag", "x", "--plot-only", "--out", str(tmp_path)]
+  assert retrieval_quality.main(argv) == 0
+  png = (tmp_path / "retrieval_x.png").read_bytes()
+  assert png.startswith(b"\x89PNG") and len(png) > 1000
+  assert retrieval_quality.main(argv) == 2 and "--force" in capsys.readouterr().err
+  assert retrieval_quality.main(argv + ["--force"]) == 0
+  (tmp_path / "retrieval_y.json").write_text("[1, 2]")
+  assert retrieval_quality.main(["--tag", "y", "--plot-only", "--out", str(tmp_path)]) == 2
+  assert "expected a retrieval_quality result" in capsys.readouterr().err
+  assert retrieval_quality.main(["--tag", "z", "--plot-only", "--out", str(tmp_path)]) == 2
+  assert "retrieval_z.json: missing" in capsys.readouterr().err
