@@ -1,9 +1,11 @@
-"""The Markdown report and PNG plots of one suite run (benchmarks/results/)."""
+"""The Markdown report and PNG plots of one suite run, and the plot of a retrieval-quality
+table (benchmarks/results/)."""
 from __future__ import annotations
 
 import pathlib
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -148,7 +150,6 @@ QUALITY_METRICS = (("recall@5", "R@5"), ("comp@3", "COMP@3"), ("comp@5", "COMP@5
 def plot_quality(rows: dict[str, list[dict]], path, title: str) -> None:
   """Horizontal bars of R@5, COMP@3 and COMP@5 (%, mean with the seeds' std as error bars) for
   every row of a retrieval_quality table, in the table's order."""
-  import numpy as np
   names = list(rows)
   y = np.arange(len(names))
   height = 0.8 / len(QUALITY_METRICS)

@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--plot-only", action="store_true",
                       help="only (re)draw retrieval_<tag>[_baselines].png from its existing "
                            ".json under --out")
-  parser.set_defaults(func=run)
+  # The command recorded in the results is the one given here, also when called from Python.
+  parser.set_defaults(func=run, argv=list(sys.argv[1:] if argv is None else argv))
   return cli.run(parser, argv)
 
 
@@ -301,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
   for name in subsets:
     rows[name].update(trained[name])
 
-  meta = {"command": "python -m benchmarks.retrieval_quality " + " ".join(sys.argv[1:]),
+  meta = {"command": "python -m benchmarks.retrieval_quality " + " ".join(args.argv),
           "date": datetime.date.today().isoformat(), "machine": platform.processor() or
           platform.machine(), "cpus": subprocess.run(["nproc"], capture_output=True,
                                                      text=True).stdout.strip(),

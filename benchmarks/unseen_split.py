@@ -164,11 +164,12 @@ def check_written(out: pathlib.Path, fraction: float) -> dict[str, int]:
   train, test = data.split("train"), data.split("test")
   train_sets = {q.gold for q in train}
   train_tools = {t for q in train for t in q.gold}
-  held = list(test) + (list(data.split("validation"))
-                       if (out / "qrels" / "validation.tsv").exists() else [])
+  # Held-out validation (its own qrels) must be unseen too; a carved one is not held out.
+  val = list(data.split("validation")) if (out / "qrels" / "validation.tsv").exists() else []
+  held = list(test) + val
   seen_sets = [q.id for q in held if q.gold in train_sets]
   unseen_tools = sorted({t for q in held for t in q.gold} - train_tools)
-  shared = {q.gold for q in test} & {q.gold for q in held[len(test):]}
+  shared = {q.gold for q in test} & {q.gold for q in val}
   if seen_sets or unseen_tools or shared:
     raise RuntimeError(f"unseen split {out} is broken: {len(seen_sets)} held-out queries have a "
                        f"training gold set (e.g. {seen_sets[:3]}), {len(unseen_tools)} held-out "
