@@ -15,8 +15,9 @@ best-by-validation model on the test split. Rows:
 - ablations on the preset (``--ablation-seeds``; ``--ablations TAG…`` picks some): no query tower,
   no conditioned term, no per-tool loss, no exhaustive-shortlist loss, no F_set, identity M, one
   shared M, 1,500 training steps instead of the preset's, Z fixed at the encoder's embeddings
-  (or trained, for a preset that fixes it);
-- the first preset seed's model under every ranking (greedy, logit, set-first);
+  (or trained, for a preset that fixes it), Z moved by the per-tool loss only;
+- the first preset seed's model, and the first Z-fixed seed's, under every ranking (greedy,
+  logit, set-first, set-mean);
 - trained baselines on the same frozen embeddings (hyset_jax.retrievers.trained, seeded like
   HYSET): per-tool linear and MLP heads (per-tool softmax loss; set = top 5, and again with a
   validation-chosen probability threshold as the set) and the set classifier over the training
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--ablation-seeds", type=int, nargs="+", default=[0])
   parser.add_argument("--ablations", nargs="*", metavar="TAG",
                       help="only these ablation rows (tags: notower nocond notool noenum noset "
-                           "identity shared ztrain zfixed steps1500; none given: no ablations; default: all)")
+                           "identity shared ztrain zfixed zsep steps1500; none given: no ablations; default: all)")
   parser.add_argument("--runs", default="runs/results")
   parser.add_argument("--multi-tool", action="store_true",
                       help="also a table on the test queries with ≥ 2 gold tools")
@@ -257,6 +258,7 @@ def run(args: argparse.Namespace) -> int:
   rows = {name: {k: [v] for k, v in baselines(config, data, subset(test, keep)).items()}
           for name, keep in subsets.items()}
   costs: dict[str, list[float]] = {}
+  chosen: dict[str, list[str]] = {}   # the ranking each run recorded, per row
   # The paper's configuration (configs/paper.py: Eq. 10 objective, linear P, no conditioned
   # term, greedy ranking) on the same data, beside the preset; ablations remove one addition
   # (or one part of F_set) from the preset at a time.
@@ -281,18 +283,22 @@ def run(args: argparse.Namespace) -> int:
     ablations.append(("preset, Z trained (paper)", "ztrain", ["model.train_tool_embeddings=true"]))
   else:  # Z fixed at the encoder's tool embeddings: F_set can only use what the text says
     ablations.append(("preset, Z fixed", "zfixed", ["model.train_tool_embeddings=false"]))
+    # Z trained by the per-tool loss only; the set losses read it without moving it.
+    ablations.append(("preset, Z moved by the per-tool loss only", "zsep",
+                      ["train.set_losses_train_z=false"]))
   variants += [(label, tag, o, args.ablation_seeds) for label, tag, o in ablations
                if args.ablations is None or tag in args.ablations]
   for label, tag, overrides, seeds in [] if args.baselines_only else variants:
     for seed in seeds:
       summary = run_hyset(args.config, tag, data_override + overrides, seed, runs, args.tag)
       rows["all"].setdefault(label, []).append(summary["test"])
+      chosen.setdefault(label, []).append(summary["ranking"])
       if summary["wall_s"] is not None:
         costs.setdefault(label, []).append(summary["wall_s"])
-      if tag == "preset" and seed == seeds[0]:
+      if tag in ("preset", "zfixed") and seed == seeds[0]:
         for name, m in ranking_rows(pathlib.Path(summary["workdir"]) / "best", data, test,
                                     config.model).items():
-          rows["all"][f"preset seed {seed}, {name}"] = [m]
+          rows["all"][f"{'Z fixed' if tag == 'zfixed' else tag} seed {seed}, {name}"] = [m]
   if "multi" in subsets and not args.baselines_only:
     rows["multi"].update(multi_tool_hyset_rows(config, data, subset(test, multi), runs, args))
   trained, fit_costs = trained_baselines(config, data, test, subsets, args.seeds,
@@ -308,7 +314,7 @@ def run(args: argparse.Namespace) -> int:
                                                      text=True).stdout.strip(),
           "spec": config.data.spec, "test_queries": len(test.ids),
           "multi_tool_test_queries": len(multi),
-          "train_wall_s": costs, "fit_wall_s": fit_costs}
+          "train_wall_s": costs, "fit_wall_s": fit_costs, "rankings": chosen}
   out_json.write_text(json.dumps(
       {"meta": meta, "rows": rows["all"], "multi_tool_rows": rows.get("multi", {})}, indent=1))
   lines = [f"{config.data.spec} test split ({len(test.ids)} queries), frozen MiniLM encoder; "
@@ -318,6 +324,9 @@ def run(args: argparse.Namespace) -> int:
     lines += ["", f"Multi-tool test queries only (|E*| ≥ 2: {len(multi)} queries):", ""]
     lines += table(rows["multi"])
   lines.append("")
+  if chosen:
+    lines.append("Ranking of each run (chosen on validation unless the config names one), by "
+                 "seed: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in chosen.items()))
   if not costs and not args.baselines_only:
     lines.append("Training wall time: no HYSET run was trained start to end in this invocation "
                  f"(all reused from {runs}/).")

@@ -8,7 +8,7 @@ without loading JAX, and every module that needs a list of names takes it from h
 >>> ENUMERATION_METHODS
 ('gather', 'colex', 'matmul', 'matmul_bf16')
 >>> RANKINGS
-('greedy', 'logit', 'set-first')
+('greedy', 'logit', 'set-first', 'set-mean')
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ DEFAULT_METHOD: EnumerationMethod = "gather"
 
 # How the K_pool shortlist tools are ranked (hyset_jax.inference.rank_tools). The delivered set
 # is the exact argmax of Eq. 14 under every ranking; only the ranked list differs.
-Ranking = Literal["greedy", "logit", "set-first"]
+Ranking = Literal["greedy", "logit", "set-first", "set-mean"]
 RANKINGS: tuple[str, ...] = get_args(Ranking)
 DEFAULT_RANKING: Ranking = "greedy"
 

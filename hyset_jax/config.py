@@ -75,9 +75,9 @@ class ModelConfig:
   # and a per-size preference, both linear in q(r). Off = the paper's query-independent F_set.
   conditioned: bool = False
   conditioned_rank: int = 16
-  # The ranking recorded in the model directory: "auto" picks greedy, logit or set-first on the
-  # validation split after training (the delivered set is the same for all three).
-  ranking: Literal["auto", "greedy", "logit", "set-first"] = "auto"
+  # The ranking recorded in the model directory: "auto" picks greedy, logit, set-first or
+  # set-mean on the validation split after training (the delivered set is the same for all).
+  ranking: Literal["auto", "greedy", "logit", "set-first", "set-mean"] = "auto"
 
 
 @dataclasses.dataclass
@@ -105,6 +105,10 @@ class TrainConfig:
   eta: float = 0.0                    # η, weight of L_self (0 disables it)
   # μ, weight of an auxiliary per-tool loss on ℓ (losses.tool_loss); 0 = the paper's Eq. 10.
   tool_loss_weight: float = 0.0
+  # Whether the set losses (Eq. 8, L_self, the exhaustive loss) move Z. False: Z is trained by
+  # the per-tool loss alone (needs μ > 0) and the set terms read it as it is — not in the paper;
+  # for tool sets unseen in training, where set losses pull seen sets' tools together.
+  set_losses_train_z: bool = True
   # ν, weight of the exhaustive-shortlist loss (losses.exhaustive_loss): −log softmax of E* over
   # every subset of the query's current shortlist — the competition of the Eq. 14 argmax.
   # Not in the paper; 0 = off.
@@ -171,6 +175,9 @@ def validate(config: Config) -> Config:
       raise UserError(f"train.{name} must be ≥ 1, got {getattr(t, name)}")
   if t.learning_rate <= 0:
     raise UserError(f"train.learning_rate must be > 0, got {t.learning_rate}")
+  if not t.set_losses_train_z and not t.tool_loss_weight:
+    raise UserError("train.set_losses_train_z=false needs train.tool_loss_weight > 0 "
+                    "(the per-tool loss is then the only one that trains Z)")
   if min(t.eta, t.interaction_l2, t.tool_loss_weight, t.exhaustive_loss_weight) < 0:
     raise UserError("train.eta, train.interaction_l2, train.tool_loss_weight and "
                     "train.exhaustive_loss_weight must be ≥ 0")

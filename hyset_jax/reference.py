@@ -37,7 +37,8 @@ The rules, float32 throughout as in JAX:
   greedy picks (A_k = A_{k−1} ∪ argmax_t F(A_{k−1} ∪ {t}), ties to the earlier shortlist
   position), then the rest of the shortlist by descending ℓ (ties: earlier position); ``logit``
   is the shortlist order itself; ``set-first`` is the best set, then the rest, each by
-  descending ℓ (ties: earlier position).
+  descending ℓ (ties: earlier position); ``set-mean`` is the shortlist by the mean F of the
+  subsets above that contain each tool, descending (ties: higher ℓ, then earlier position).
 """
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ from typing import NamedTuple
 import numpy as np
 
 FORMATS = ("hyset/1", "hyset/2")  # hyset/2 adds the query tower and the ranking field
-RANKINGS = ("greedy", "logit", "set-first")
+RANKINGS = ("greedy", "logit", "set-first", "set-mean")
 # hyset/2's optional tensor groups, stored as "<group>_<field>".
 GROUPS = {"tower": ("w_in", "b_in", "w_out", "b_out"), "conditioned": ("u", "w", "v", "b")}
 _SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
@@ -433,6 +434,13 @@ def pair_matrices(member_emb: np.ndarray, interactions: np.ndarray) -> np.ndarra
 
 def best_sets(logits: np.ndarray, pairs: np.ndarray, max_size: int):
   """Exhaustive stage 2: (positions list per query, best score f32[Q])."""
+  scores, members = subset_scores(logits, pairs, max_size)
+  best = np.argmax(scores, axis=1)                                     # first maximum
+  return [members[i] for i in best], scores[np.arange(len(scores)), best]
+
+
+def subset_scores(logits: np.ndarray, pairs: np.ndarray, max_size: int):
+  """F of every subset of the shortlist: (f32[Q, n] in table order, the n position lists)."""
   q, k = logits.shape
   scores, members = [], []
   for m in range(1, max_size + 1):
@@ -444,9 +452,16 @@ def best_sets(logits: np.ndarray, pairs: np.ndarray, max_size: int):
       f = f + np.sum(pairs[:, m - 2].reshape(q, k * k)[:, flat], axis=-1)
     scores.append(f)
     members.extend(idx.tolist())
-  scores = np.concatenate(scores, axis=1)
-  best = np.argmax(scores, axis=1)                                     # first maximum
-  return [members[i] for i in best], scores[np.arange(q), best]
+  return np.concatenate(scores, axis=1), members
+
+
+def set_mean(logits: np.ndarray, pairs: np.ndarray, max_size: int) -> np.ndarray:
+  """f32[Q, K]: the mean F of the shortlist subsets that contain each shortlist position."""
+  scores, members = subset_scores(logits, pairs, max_size)
+  incidence = np.zeros((len(members), logits.shape[1]), np.float32)
+  for i, positions in enumerate(members):
+    incidence[i, positions] = 1.0
+  return (scores @ incidence) / incidence[:, 0].sum()
 
 
 def greedy_ranking(logits: np.ndarray, pairs: np.ndarray, steps: int) -> np.ndarray:
@@ -499,7 +514,8 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
     tools: int[Q, K] tool rows in shortlist order; logits: f32[Q, K] their ℓ.
     queries: f32[Q, d_r], needed only by a model with the query-conditioned set term.
     ranking: ``greedy`` (M greedy picks under F, then the rest by ℓ), ``logit`` (the shortlist
-      order) or ``set-first`` (the best set, then the rest, each by ℓ); default: the model's
+      order), ``set-first`` (the best set, then the rest, each by ℓ) or ``set-mean`` (by the
+      mean F of the subsets containing each tool); default: the model's
       manifest field, else greedy.
 
   Returns:
@@ -525,6 +541,9 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
     for i, s in enumerate(sets):
       in_set[i, s] = True
     order = _first_then_by_logit(in_set, logits)
+  elif ranking == "set-mean":
+    order = _order(-set_mean(logits, pairs, max_size), -logits,
+                   np.broadcast_to(np.arange(k), (q, k)))
   else:
     picks = greedy_ranking(logits, pairs, max_size)
     picked = np.zeros((q, k), bool)

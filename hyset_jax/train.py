@@ -108,13 +108,17 @@ def objective(theta: dict[str, Any], query: jax.Array, members: jax.Array, mask:
   """
   if not mc.train_tool_embeddings:
     theta = dict(theta, z=jax.lax.stop_gradient(theta["z"]))
+  # The per-tool loss reads Z as trained; the set losses read it frozen when asked to.
+  tool_params = model.materialize(theta, mc)
+  if not tc.set_losses_train_z:
+    theta = dict(theta, z=jax.lax.stop_gradient(theta["z"]))
   params = model.materialize(theta, mc)
   scores = scoring.set_scores(params, query, members, mask)                # [B, K_neg]
   penalty_on = theta.get("m", jnp.zeros((0,), params.tool_embeddings.dtype))
   loss, parts = losses.total_loss(scores, selected, reward, penalty_on, eta=tc.eta,
                                   l2=tc.interaction_l2)
   if tc.tool_loss_weight:
-    logits = scoring.query_logits(params, query)
+    logits = scoring.query_logits(tool_params, query)
     parts["loss_tool"] = losses.tool_loss(logits, members[:, 0], mask[:, 0])
     loss = loss + tc.tool_loss_weight * parts["loss_tool"]
     parts["loss"] = loss

@@ -70,6 +70,9 @@ def check(workdir: pathlib.Path, config: config_lib.Config) -> None:
       raise UserError(f"{saved}: expected a JSON object (a hyset config), got "
                       f"{type(previous).__name__}; use a new workdir")
     old, new = _flat(previous), _flat(json.loads(config.to_json()))
+    # A key the saved config lacks is a field added since that run: it ran with its default.
+    defaults = _flat(json.loads(config_lib.Config().to_json()))
+    old = {**{k: defaults[k] for k in new.keys() - old.keys() if k in defaults}, **old}
     # The mesh is how the run is laid out, not what it computes: a resume may change it.
     diff = sorted(k for k in old.keys() | new.keys()
                   if old.get(k) != new.get(k) and not k.startswith("mesh."))

@@ -21,14 +21,14 @@ def extended_tensors(seed: int, depth: int = 1, hidden: int = 5, rank: int = 3) 
           "conditioned_v": f(M - 1, D), "conditioned_b": f(M - 1)}
 
 
-# The paper's model (hyset/1), and a hyset/2 model with the tower and the conditioned term,
-# ranked set-first: every tensor group and a non-default ranking go through the ONNX graphs.
+# The paper's model (hyset/1, greedy), and hyset/2 models with the tower and the conditioned
+# term ranked set-first and set-mean: every tensor group and ranking go through the ONNX graphs.
 @pytest.mark.heavy
-@pytest.mark.parametrize("batch,extended", [(4, False), (4, True)])
-def test_onnx_matches_predict(tmp_path, batch, extended):
+@pytest.mark.parametrize("batch,ranking", [(4, None), (4, "set-first"), (3, "set-mean")])
+def test_onnx_matches_predict(tmp_path, batch, ranking):
   tensors, manifest = None, None
-  if extended:
-    tensors, manifest = extended_tensors(5), {"format": "hyset/2", "ranking": "set-first"}
+  if ranking:
+    tensors, manifest = extended_tensors(5), {"format": "hyset/2", "ranking": ranking}
   _, info = write_model_dir(tmp_path / "model", tensors=tensors, manifest=manifest, seed=3)
   out = tmp_path / "onnx"
   assert cli.main(["export", "--workdir", str(tmp_path / "model"), "--out", str(out),

@@ -1,5 +1,7 @@
 """The fast inference paths against the reference paths: neighbour-table expansion, prepared
 model, best-only stage 2, and the tool-ranking methods (hand-checked and brute force)."""
+import itertools
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -172,8 +174,27 @@ def test_rankings_on_a_hand_checkable_case():
   # Greedy: the best singleton (tool 0, ℓ = 3), then the best pair containing it — {0, 2}:
   # the softmax average of (3, 1) is 2.76, of (3, 2) 2.73 — then the rest.
   assert rank["greedy"] == [[0, 2, 1]]
+  assert rank["set-mean"] == [[1, 2, 0]]  # means 2.83, 3.82, 3.50 (F{1,2} = 6.73)
+  # With a bonus of 2.5, F{1,2} = 4.23: tool 1 (2 + 2.73 + 4.23) / 3 = 2.99 > tool 0 (3 + 2.73 +
+  # 2.76) / 3 = 2.83 > tool 2 (1 + 2.76 + 4.23) / 3 = 2.66 — unlike ℓ, Ê-first and greedy.
+  weaker = pairs * 0.5
+  assert np.asarray(inference.rank_tools(logits, weaker, pos, "set-mean", 2)).tolist() == [[1, 0, 2]]
+  np.testing.assert_allclose(inference.set_mean(logits, weaker, 2),
+                             [[(3 + 2.7311 + 2.7616) / 3, (2 + 2.7311 + 4.2311) / 3,
+                               (1 + 2.7616 + 4.2311) / 3]], atol=1e-3)
   with pytest.raises(Exception, match="unknown ranking"):
     inference.rank_tools(logits, pairs, pos, "magic", 2)
+
+
+def test_set_mean_of_the_numpy_reference_matches():
+  from hyset_jax import reference
+  rng = np.random.default_rng(8)
+  logits = rng.normal(size=(3, 8)).astype(np.float32)
+  g = rng.normal(size=(3, 2, 8, 8)).astype(np.float32)
+  g = g + np.swapaxes(g, 2, 3)
+  np.testing.assert_allclose(reference.set_mean(logits, g, 3),
+                             inference.set_mean(jnp.asarray(logits), jnp.asarray(g), 3),
+                             rtol=1e-5, atol=1e-5)
 
 
 def test_rankings_match_brute_force():
@@ -194,6 +215,11 @@ def test_rankings_match_brute_force():
         want = shortlist
       elif ranking == "set-first":
         want = by_ell(best) + by_ell([t for t in shortlist if t not in best])
+      elif ranking == "set-mean":
+        sets = [e for size in range(1, m + 1) for e in itertools.combinations(shortlist, size)]
+        f = {e: ref.score(r[q], z, p, ms, list(e)) for e in sets}
+        mean = {t: np.mean([v for e, v in f.items() if t in e]) for t in shortlist}
+        want = sorted(shortlist, key=lambda t: (-mean[t], -ell[t], shortlist.index(t)))
       else:
         want = greedy + by_ell([t for t in shortlist if t not in greedy])
       assert list(pred.ranking[q]) == want, ranking

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyset_jax import config as config_lib
-from hyset_jax import batches, losses, model, negatives, sharding, train
+from hyset_jax import choices, config as config_lib
+from hyset_jax import batches, losses, model, negatives, scoring, sharding, train
 from hyset_jax.errors import UserError
 from hyset_jax.testing import small_config, synthetic_data
 
@@ -67,6 +67,37 @@ def test_self_training_gradient_treats_selection_and_reward_as_constants():
   np.testing.assert_array_equal(g_reward, 0.0)  # ρ is a constant, not a parameter
   r = float(losses.retrieval_loss(scores))
   assert r == pytest.approx(float(-jnp.mean(jax.nn.log_softmax(scores)[:, 0])))
+
+
+def test_set_losses_can_leave_z_to_the_per_tool_loss():
+  """train.set_losses_train_z=false: Z's gradient is the per-tool loss's alone; P still gets
+  the set losses' gradient."""
+  rng = np.random.default_rng(5)
+  z = rng.normal(size=(12, 6)).astype(np.float32)
+  z /= np.linalg.norm(z, axis=1, keepdims=True)
+  mc = config_lib.ModelConfig(max_set_size=3, k1=3, k_pool=5, tower_depth=1, conditioned=True,
+                              conditioned_rank=2)
+  theta = model.init_theta(z, 6, mc, seed=0)
+  query = jnp.asarray(rng.normal(size=(2, 6)), jnp.float32)
+  members = jnp.asarray([[[0, 1, 0], [2, 3, 4], [5, 0, 0]], [[6, 7, 8], [9, 0, 0], [1, 2, 0]]])
+  mask = jnp.asarray([[[1, 1, 0], [1, 1, 1], [1, 0, 0]], [[1, 1, 1], [1, 0, 0], [1, 1, 0]]], bool)
+  shortlist = jnp.asarray([[0, 1, 2, 3, 4], [6, 7, 8, 9, 10]], jnp.int32)
+  zeros = jnp.zeros(2, jnp.int32), jnp.zeros(2)
+
+  def grads(**overrides):
+    tc = config_lib.TrainConfig(exhaustive_loss_weight=1.0, **overrides)
+    return jax.grad(lambda t: train.objective(t, query, members, mask, *zeros, shortlist,
+                                              mc=mc, tc=tc)[0])(theta)
+  joint = grads(tool_loss_weight=0.5)
+  apart = grads(tool_loss_weight=0.5, set_losses_train_z=False)
+  tool_only = jax.grad(lambda t: 0.5 * losses.tool_loss(
+      scoring.query_logits(model.materialize(t, mc), query), members[:, 0],
+      mask[:, 0]))(theta)
+  np.testing.assert_allclose(apart["z"], tool_only["z"], atol=1e-6)
+  assert np.abs(np.asarray(joint["z"] - apart["z"])).max() > 1e-4   # the set losses moved Z
+  np.testing.assert_allclose(apart["p"], joint["p"], atol=1e-6)       # and still train P
+  with pytest.raises(UserError, match="needs train.tool_loss_weight"):
+    config_lib.resolve("tiny", ["train.set_losses_train_z=false", "train.tool_loss_weight=0"])
 
 
 # ------------------------------------------------------------------ sharded step
@@ -130,7 +161,12 @@ def test_interrupted_run_resumes_to_the_same_parameters(tmp_path):
   # then the ranking chosen at the end.
   assert [r["step"] for r in rows if "ranking" not in r] == [-1, 0, 2, 4, 6, 8, 10, 12]
   assert rows[0]["memory"]["parameters"] > 0
-  assert rows[-1]["ranking"] in ("greedy", "logit", "set-first")
+  assert rows[-1]["ranking"] in choices.RANKINGS
+  # A workdir from before a config field existed resumes: the run used that field's default.
+  saved = json.loads((tmp_path / "split" / "config.json").read_text())
+  del saved["train"]["set_losses_train_z"]
+  (tmp_path / "split" / "config.json").write_text(json.dumps(saved))
+  assert train.train_and_evaluate(c, tmp_path / "split", data=data, progress=False)["steps"] == 12
   # A different config on the same workdir is refused, not silently mixed.
   other = small_config(learning_rate=0.5)
   with pytest.raises(UserError, match="different config.*learning_rate"):
@@ -206,7 +242,7 @@ def test_ranking_is_chosen_on_validation_and_recorded(tmp_path):
   out = train.train_and_evaluate(small_config(), tmp_path / "auto", data=data, progress=False)
   last = json.loads((tmp_path / "auto" / "metrics.jsonl").read_text().splitlines()[-1])
   by = last["validation_by_ranking"]
-  assert set(by) == {"greedy", "logit", "set-first"}
+  assert set(by) == set(choices.RANKINGS)
   mean = {r: np.mean([m[k] for k in RANK_METRICS]) for r, m in by.items()}
   assert out["ranking"] == last["ranking"] == max(mean, key=mean.get)
   for d in ("best", "final"):
