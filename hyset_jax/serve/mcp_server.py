@@ -34,8 +34,8 @@ class RetrievedTool(BaseModel):
 class SearchResult(BaseModel):
   tools: list[RetrievedTool] = Field(description="the retrieved set: the tools to use together")
   set_score: float = Field(description="the set's score F(x, E)")
-  ranking: list[str] = Field(description="tool ids, best first (the set's greedy order, then "
-                                         "the rest of the shortlist)")
+  ranking: list[str] = Field(description="the shortlist's tool ids, best first, by the model's "
+                                         "ranking method (greedy, logit, set-first or set-mean)")
 
 
 def mcp_tool(definition: dict) -> RetrievedTool:
