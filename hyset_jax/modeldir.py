@@ -14,7 +14,8 @@ Layout::
                                                                       the term is on)
   manifest.json        {"format": "hyset/2", "tool_ids": [...N ids, row order...],
                         "max_set_size": M, "k1": K1, "k_pool": K_pool,
-                        "query_encoder": "..." or null, "ranking": "greedy"|"logit"|"set-first"|"set-mean"}
+                        "query_encoder": "..." or null,
+                        "ranking": "greedy"|"logit"|"set-first"|"set-mean"}
 
 Loading validates everything and raises :class:`UserError` naming the tensor or field at fault.
 Writing goes to a temporary directory renamed into place, so a killed export never leaves a
