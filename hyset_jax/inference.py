@@ -137,13 +137,12 @@ def set_mean(logits: jax.Array, pairs: jax.Array, max_size: int) -> jax.Array:
   Returns:
     f32[Q, K] in shortlist order.
   """
-  q, k = logits.shape
+  k = logits.shape[1]
   table = enumeration.subset_table(k, max_size)
   sub = enumeration.score_subsets(logits, pairs, table, "gather")       # [Q, n], table order
-  incidence = np.zeros((len(table), k), np.float32)
-  rows = np.repeat(np.arange(len(table)), table.sizes)
-  incidence[rows, table.members[table.mask]] = 1.0
-  per_slot = (sub.scores @ incidence) / incidence[:, 0].sum()           # [Q, K], table slots
+  # Member incidence f32[K, n] in table order: the matmul scorer's A_m, sizes side by side.
+  incidence = np.concatenate([a for a, _ in enumeration._incidence(k, max_size)], axis=1)
+  per_slot = (sub.scores @ incidence.T) / incidence[0].sum()            # [Q, K], table slots
   # Table slot j of query q is shortlist position sub.positions[q, j] (a one-hot product, not
   # a scatter: it converts to ONNX as it stands).
   slot_to_position = (sub.positions[:, :, None] == jnp.arange(k)).astype(per_slot.dtype)

@@ -108,11 +108,10 @@ def objective(theta: dict[str, Any], query: jax.Array, members: jax.Array, mask:
   """
   if not mc.train_tool_embeddings:
     theta = dict(theta, z=jax.lax.stop_gradient(theta["z"]))
-  # The per-tool loss reads Z as trained; the set losses read it frozen when asked to.
   tool_params = model.materialize(theta, mc)
-  if not tc.set_losses_train_z:
-    theta = dict(theta, z=jax.lax.stop_gradient(theta["z"]))
-  params = model.materialize(theta, mc)
+  # The per-tool loss reads Z as trained; the set losses read it frozen when asked to.
+  params = tool_params if tc.set_losses_train_z else tool_params._replace(
+      tool_embeddings=jax.lax.stop_gradient(tool_params.tool_embeddings))
   scores = scoring.set_scores(params, query, members, mask)                # [B, K_neg]
   penalty_on = theta.get("m", jnp.zeros((0,), params.tool_embeddings.dtype))
   loss, parts = losses.total_loss(scores, selected, reward, penalty_on, eta=tc.eta,
