@@ -61,9 +61,10 @@ def test_sigkill_at_a_random_step_then_restart_matches_uninterrupted(tmp_path):
 def test_corrupted_newest_checkpoint_falls_back_with_a_warning(tmp_path, caplog, capfd):
   data = synthetic_data()
   config = small_config(num_steps=12, checkpoint_every=4)
-  train.train_and_evaluate(config, tmp_path / "clean", data=data, progress=False)
+  train.train_and_evaluate(config, tmp_path / "clean", data=data, progress=False,
+                           num_devices=1)
   out = train.train_and_evaluate(config, tmp_path / "broken", data=data, progress=False,
-                                 stop_after=10)
+                                 stop_after=10, num_devices=1)
   assert out == {"interrupted_at": 10}
   newest = tmp_path / "broken" / "checkpoints" / "10"
   # Only the array data: the metadata still parses, so Orbax starts reading (TensorStore) and
@@ -73,7 +74,8 @@ def test_corrupted_newest_checkpoint_falls_back_with_a_warning(tmp_path, caplog,
       f.write_bytes(b"\0garbage" * 4)
   capfd.readouterr()
   with caplog.at_level("WARNING", logger="hyset_jax.train"):
-    train.train_and_evaluate(config, tmp_path / "broken", data=data, progress=False)
+    train.train_and_evaluate(config, tmp_path / "broken", data=data, progress=False,
+                             num_devices=1)
   assert any("step 10" in r.getMessage() and "unreadable" in r.getMessage()
              for r in caplog.records)
   err = capfd.readouterr().err

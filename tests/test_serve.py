@@ -13,7 +13,7 @@ from starlette.testclient import TestClient
 from hyset_jax import cli
 from hyset_jax.serve.app import create_app
 from hyset_jax.serve.batching import MicroBatcher
-from hyset_jax.serve.retriever import RANKINGS, load_retriever
+from hyset_jax.serve.retriever import RANKINGS, Retriever, load_retriever
 
 import serving
 
@@ -199,12 +199,36 @@ def test_micro_batcher_groups_and_survives_failures():
   assert stats.requests == 9
 
 
+def test_warm_up_leaves_no_compilation_to_requests(retriever, caplog):
+  """After warm_up, a request of any batch size up to max_batch compiles nothing (the encoder
+  is a stand-in here: its warm-up is one call with the warm texts)."""
+  import jax
+  import numpy as np
+  encoded = []
+
+  def encode(texts):
+    encoded.append(list(texts))
+    return np.zeros((len(texts), retriever.query_dim), np.float32)
+  r = Retriever(retriever.model, encode, retriever.definitions, max_batch=8,
+                warm_texts=retriever.warm_texts)
+  r.warm_up()
+  assert encoded == [retriever.warm_texts] and list(r._prepared) == [r.model.max_set_size]
+  emb = np.random.default_rng(0).normal(size=(8, r.query_dim)).astype(np.float32)
+  with jax.log_compiles(), caplog.at_level("WARNING"):
+    caplog.clear()
+    for n in range(1, 9):
+      assert len(r.predict(emb[:n], r.defaults)) == n
+  assert not [m for m in caplog.messages if "ompil" in m], caplog.messages[:3]
+
+
 def test_sigterm_answers_requests_in_flight(model_dir, library):
   port = serving.free_port()
   url = f"http://127.0.0.1:{port}"
-  # A long batching wait holds requests in the server when SIGTERM arrives.
+  # A long batching wait holds requests in the server when SIGTERM arrives. No warm-up (tested
+  # above): the held batch compiles during the shutdown grace period instead of at start.
   with serving.server_process(["--model", str(model_dir), "--tools", f"mcp:{library}",
-                               "--max-batch", "8", "--max-wait-ms", "3000"], port) as proc:
+                               "--max-batch", "8", "--max-wait-ms", "3000", "--no-warm-up"],
+                              port) as proc:
     answers = [None] * 6
 
     def call(i):

@@ -122,26 +122,23 @@ def test_prepared_predict_equals_the_reference_path(method):
 
 
 def test_prepared_predict_with_every_ranking_equals_the_reference_path():
-  """predict_prepared_rankings (one stage 2, every ranking) and predict_batched with
-  ``rankings`` give what the reference path gives for each ranking alone."""
+  """predict_batched with ``rankings`` (predict_prepared_rankings per chunk: one stage 2 for
+  every ranking) gives what the reference path gives for each ranking alone."""
   rng = np.random.default_rng(2)
   params = make_params(rng, 120, 10, 4, scale=0.3, d_r=7)
   r = rng.normal(size=(70, 7)).astype(np.float32)      # 70 = two chunks of 32 + a remainder
   kw = dict(k1=5, k_pool=10, max_size=4, method="gather")
   want = [inference.predict(params, r, ranking=name, **kw) for name in choices.RANKINGS]
-  prep = inference.prepare(params, max_size=4, k_pool=10)
-  got = inference.predict_prepared_rankings(prep, r, rankings=choices.RANKINGS, **kw)
   batched = inference.predict_batched(params, r, batch_size=32, rankings=choices.RANKINGS, **kw)
-  assert len(got) == len(batched) == len(choices.RANKINGS)
-  for g, b, w in zip(got, batched, want):
-    assert_same_prediction(g, w)
+  assert len(batched) == len(choices.RANKINGS)
+  for b, w in zip(batched, want):
     assert_same_prediction(b, w)
   assert not np.array_equal(want[0].ranking, want[1].ranking)   # the rankings do differ here
   with pytest.raises(ValueError, match="ranking or rankings"):
     inference.predict_batched(params, r, ranking="logit", rankings=("greedy",), **kw)
 
 
-@pytest.mark.parametrize("k_pool,max_size,batch", [(8, 3, 5), (20, 5, 130), (10, 4, 64)])
+@pytest.mark.parametrize("k_pool,max_size,batch", [(8, 3, 5), (20, 5, 66), (10, 4, 64)])
 def test_best_subset_is_the_argmax_of_every_score(k_pool, max_size, batch):
   w = workload.make_workload(k_pool, max_size, batch, seed=4)
   table = enumeration.subset_table(k_pool, max_size)
@@ -150,7 +147,10 @@ def test_best_subset_is_the_argmax_of_every_score(k_pool, max_size, batch):
   logits[::3, 1] = logits[::3, 0]
   pairs = w.pairs.copy()
   pairs[::4] = 0.0
-  for method in choices.ENUMERATION_METHODS:
+  # At the paper's scale the default method and the matmul form (colex and bf16 compile
+  # slowly there; the smaller cases cover every method).
+  methods = (("gather", "matmul") if k_pool == 20 else choices.ENUMERATION_METHODS)
+  for method in methods:
     want = enumeration.best_sets(enumeration.score_subsets(logits, pairs, table, method), table)
     got = enumeration.best_subset(logits, pairs, table, method)
     for a, b in zip(got, want):

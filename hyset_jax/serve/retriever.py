@@ -6,13 +6,15 @@ from one thread at a time (the micro-batcher's), since they share compiled funct
 
 A prediction row has the fields of ``hyset predict`` — ``set``, ``set_score``, ``ranking``,
 ``shortlist`` (tool ids) — computed by :func:`hyset_jax.inference.predict_batched` on the
-model's own query encoder, plus ``tools``: the definitions of the set's members
+model's own query encoder from the model prepared once (:func:`hyset_jax.inference.prepare`:
+P Zᵀ, Z M_m and the neighbour table, per set-size limit a request asks for), plus ``tools``: the definitions of the set's members
 (:func:`hyset_jax.data.tooltext.definition`).
 """
 from __future__ import annotations
 
 import dataclasses
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -82,11 +84,12 @@ class Retriever:
     method: the subset-enumeration implementation.
     max_batch: the largest device batch; smaller batches are padded to a power of two, so
       at most log2(max_batch) + 1 shapes compile per option set.
+    cache_dir: where the neighbour tables are cached (None: built in memory only).
   """
 
   def __init__(self, model, encode: Callable[[list[str]], np.ndarray], definitions: list[dict],
                *, method: str = "gather", max_batch: int = 64,
-               warm_texts: Sequence[str] = ("warm up",)):
+               warm_texts: Sequence[str] = ("warm up",), cache_dir=None):
     if len(definitions) != len(model.tool_ids):
       raise ValueError("one definition per tool expected")
     self.model = model
@@ -98,6 +101,9 @@ class Retriever:
     self.default_ranking = model.default_ranking
     self.defaults = Options(model.max_set_size, model.k_pool, self.default_ranking)
     self.warm_texts = list(warm_texts)
+    self.cache_dir = cache_dir
+    self._prepared: dict[int, inference.PreparedModel] = {}
+    self._prepare_lock = threading.Lock()
 
   @property
   def num_tools(self) -> int:
@@ -120,6 +126,19 @@ class Retriever:
       raise FieldError("ranking", f"must be one of {', '.join(RANKINGS)}, got {ranking!r}")
     return Options(max_size, k_pool, ranking)
 
+  def prepared(self, max_size: int) -> inference.PreparedModel:
+    """The model prepared for set size ``max_size`` (built on first use, then kept): the
+    per-model products and the neighbour table are not recomputed per request — at N = 13,860,
+    d = 768 that is ~40 GFLOP, far more than a query's own work. The table is as wide as the
+    model's k_pool needs; a request with a larger k_pool scans every tool instead (same
+    answer)."""
+    with self._prepare_lock:
+      if max_size not in self._prepared:
+        self._prepared[max_size] = inference.prepare(
+            self.model.params, max_size=max_size, k_pool=self.model.k_pool,
+            cache_dir=self.cache_dir)
+      return self._prepared[max_size]
+
   def bucket(self, n: int) -> int:
     """The padded batch size for n queries: the next power of two, at most ``max_batch``."""
     return min(self.max_batch, 1 << max(0, n - 1).bit_length())
@@ -131,7 +150,7 @@ class Retriever:
     pad = -n % bucket
     if pad:
       emb = np.concatenate([emb, np.zeros((pad, emb.shape[1]), np.float32)])
-    pred = inference.predict_batched(self.model.params, emb, k1=self.model.k1,
+    pred = inference.predict_batched(self.prepared(options.max_size), emb, k1=self.model.k1,
                                      k_pool=options.k_pool, max_size=options.max_size,
                                      batch_size=bucket, method=self.method,
                                      ranking=options.ranking)
@@ -169,8 +188,8 @@ class Retriever:
     return out
 
   def warm_up(self) -> None:
-    """Compile the default options for every batch bucket, and the encoder for the usual
-    query lengths, so that no request waits for a compilation."""
+    """Prepare the model, compile the default options for every batch bucket and the
+    encoder for the usual query lengths, so that no request waits for a compilation."""
     d = self.query_dim
     size = 1
     while True:
@@ -188,7 +207,7 @@ class Retriever:
 def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *, method: str = "gather",
                    max_batch: int = 64, log=lambda msg: print(msg, file=sys.stderr)) -> Retriever:
   """A Retriever for a model directory (or `hyset train` workdir) and its query encoder."""
-  from hyset_jax import modeldir
+  from hyset_jax import modeldir, neighbors
   from hyset_jax.modeldir import best_model_dir, data_spec
   from hyset_jax.encoder import load_encoder
 
@@ -217,4 +236,5 @@ def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *, method: s
   # One text per length bucket a query usually falls in (``n`` words ≈ n + 2 tokens).
   warm = [" ".join(["tool"] * max(1, b - 2)) for b in encoder.buckets if b <= WARM_MAX_TOKENS]
   return Retriever(model, encode, definitions, method=method, max_batch=max_batch,
-                   warm_texts=[t for t in warm for _ in range(ENCODER_ROWS)])
+                   warm_texts=[t for t in warm for _ in range(ENCODER_ROWS)],
+                   cache_dir=neighbors.cache_dir_beside(source))
