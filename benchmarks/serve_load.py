@@ -198,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "serve_load"))
   args = p.parse_args(argv)
 
+  from hyset_jax import modeldir
+  # Read the model first: a bad path fails here, not after a minute of scenarios.
+  n_tools = len(modeldir.load_model_dir(modeldir.best_model_dir(args.model)).tool_ids)
   texts = read_texts(pathlib.Path(args.queries))
   batched = ["--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms)]
   rows = [
@@ -211,9 +214,6 @@ def main(argv: list[str] | None = None) -> int:
   ]
   import jax
 
-  from hyset_jax import modeldir
-  from hyset_jax.commands.export import best_model_dir
-  n_tools = len(modeldir.load_model_dir(best_model_dir(args.model)).tool_ids)
   meta = {"command": "python -m benchmarks.serve_load " + " ".join(argv or sys.argv[1:]),
           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
           "machine": f"{platform.processor() or platform.machine()}, "
