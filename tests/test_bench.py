@@ -47,13 +47,18 @@ def test_bench_enumerate_scores_and_best_agree_with_numpy(impl, tmp_path):
 def test_bench_e2e_json_has_both_timings(tmp_path):
   out = tmp_path / "e2e.json"
   assert cli.main(["bench", "e2e", "--tools", "300", "--dim", "16", "--batch", "3",
-                   "--repeats", "2", "--ranking", "set-first", "--json", str(out)]) == 0
+                   "--repeats", "2", "--ranking", "set-first", "--breakdown",
+                   "--json", str(out)]) == 0
   r = json.loads(out.read_text())
   assert (r["num_tools"], r["dim"], r["batch"], r["k1"], r["k_pool"]) == (300, 16, 3, 15, 20)
   assert r["ranking"] == "set-first" and r["method"] == choices.DEFAULT_METHOD
   assert r["ms_per_query"] > 0 and r["dense_ms_per_query"] > 0
   assert math.isclose(r["ratio_to_dense"], r["ms_per_query"] / r["dense_ms_per_query"])
   assert r["prepare_s"] > 0 and "cpu" in r["machine"]
+  stages = r["stages_ms_per_query"]
+  assert list(stages) == ["stage1", "expansion", "pair_matrices", "stage2"]
+  assert stages["stage1"] > 0
+  assert math.isclose(sum(stages.values()), r["ms_per_query"], rel_tol=1e-9)
 
 
 def test_method_and_ranking_names_come_from_one_place():

@@ -9,7 +9,11 @@ and times from query embeddings ("encoder excluded"):
   dense retriever does, 2·N·d flops per query.
 
 Both are jitted, compiled before timing, and timed back to back on the same queries; the
-ratio is the number to read on a shared machine. ``table="random"`` replaces the neighbour
+ratio is the number to read on a shared machine. ``breakdown=True`` also times the pipeline's
+prefixes — stage 1 (query tower, P Zᵀ, top-K1), + the expansion, + the pair matrices G_m —
+interleaved with the other two, so each stage's cost is the difference of two prefixes
+measured in the same run (separately compiled programs: XLA may fuse a prefix differently
+from the whole, and on a shared machine a difference can come out slightly negative). ``table="random"`` replaces the neighbour
 table by random rows (same shapes, no ties): the query path costs the same whatever the rows
 hold, and building the real table (N²·d flops) is out of reach at N = 10⁶ on a CPU.
 """
@@ -85,9 +89,12 @@ def prepared_library(num_tools: int, dim: int, *, k_pool: int = 20, max_size: in
 def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int = 15,
             k_pool: int = 20, max_size: int = 5, method: str | None = None,
             ranking: str | None = None, repeats: int = 5, seed: int = 0,
-            table: Literal["build", "random"] = "build", prepared=None, log=None) -> dict:
+            table: Literal["build", "random"] = "build", prepared=None, log=None,
+            breakdown: bool = False) -> dict:
   """Time predict_prepared and the dense pass (see the module docstring); a JSON-able dict.
-  ``prepared``: (PreparedModel, prepare_s) of :func:`prepared_library`, to reuse one library."""
+  ``prepared``: (PreparedModel, prepare_s) of :func:`prepared_library`, to reuse one library.
+  ``breakdown``: also time the prefixes; adds ``stages_ms_per_query`` (stage1, expansion,
+  pair_matrices, stage2 — the last is the rest: enumeration and ranking)."""
   import jax
 
   from hyset_jax import choices, enumeration, inference
@@ -106,16 +113,43 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
   compiled = inference.predict_prepared.lower(prep, q, **kw).compile()
   compile_s = time.perf_counter() - start
   dense = jax.jit(lambda w, x: jax.lax.top_k(x @ w, k_pool)).lower(prep.logit_weights, q).compile()
-  # Interleave the two so a change in machine load hits both alike.
-  t_hyset, t_dense = [], []
+  prefixes = _prefixes(prep, q, k1, k_pool) if breakdown else {}
+  # Interleave them all so a change in machine load hits each alike.
+  t_hyset, t_dense, t_prefix = [], [], {name: [] for name in prefixes}
   for _ in range(repeats):
     t_hyset += _time(lambda: jax.block_until_ready(compiled(prep, q)), 1)
     t_dense += _time(lambda: jax.block_until_ready(dense(prep.logit_weights, q)), 1)
+    for name, fn in prefixes.items():
+      t_prefix[name] += _time(lambda fn=fn: jax.block_until_ready(fn(prep, q)), 1)
   ms = 1e3 * statistics.median(t_hyset) / batch
   dense_ms = 1e3 * statistics.median(t_dense) / batch
-  return {"kind": "encoder excluded", "num_tools": num_tools, "dim": dim, "batch": batch,
+  extra = {}
+  if breakdown:
+    cum = {name: 1e3 * statistics.median(t) / batch for name, t in t_prefix.items()}
+    extra["stages_ms_per_query"] = {
+        "stage1": cum["stage1"], "expansion": cum["shortlist"] - cum["stage1"],
+        "pair_matrices": cum["pairs"] - cum["shortlist"], "stage2": ms - cum["pairs"]}
+  return {**extra, "kind": "encoder excluded", "num_tools": num_tools, "dim": dim, "batch": batch,
           "k1": k1, "k_pool": k_pool, "max_size": max_size, "method": method,
           "ranking": ranking, "seed": seed, "repeats": repeats, "table": table,
           "ms_per_query": ms, "dense_ms_per_query": dense_ms, "ratio_to_dense": ms / dense_ms,
           "queries_per_s": 1e3 / ms, "times_s": t_hyset, "dense_times_s": t_dense,
           "compile_s": compile_s, "prepare_s": prepare_s}
+
+
+def _prefixes(prep, q, k1: int, k_pool: int) -> dict:
+  """Compiled prefixes of predict_prepared: stage 1, + expansion (the shortlist), + G_m."""
+  import jax
+
+  from hyset_jax import inference
+
+  def stage1(p, x):
+    return jax.lax.top_k(inference._query_side(p.params, x) @ p.logit_weights, k1)
+
+  def shortlist(p, x):
+    return inference.shortlist_prepared(p, x, k1, k_pool)
+
+  def pairs(p, x):
+    return inference.pair_matrices_prepared(p, x, shortlist(p, x).tools)
+  return {name: jax.jit(fn).lower(prep, q).compile()
+          for name, fn in (("stage1", stage1), ("shortlist", shortlist), ("pairs", pairs))}

@@ -85,6 +85,9 @@ def add_parser(subparsers) -> None:
   t.add_argument("--repeats", type=_positive, default=5, help="timed samples (default 5)")
   t.add_argument("--seed", type=int, default=0,
                  help="seed of the random library and queries (default 0)")
+  t.add_argument("--breakdown", action="store_true",
+                 help="also time stage 1, the expansion, the pair matrices and stage 2 apart "
+                      "(stages_ms_per_query in the JSON)")
   t.add_argument("--json", metavar="FILE", help="write the result as JSON")
   t.add_argument("--force", action="store_true", help="overwrite the --json FILE if it exists")
   t.set_defaults(func=run_e2e)
@@ -110,12 +113,15 @@ def run_e2e(args: argparse.Namespace) -> int:
                     "prepared library; lower one of them")
   out = end_to_end.measure(args.tools, args.dim, args.batch, k1=args.k1, k_pool=args.k_pool,
                            max_size=args.max_size, method=args.method, ranking=args.ranking,
-                           repeats=args.repeats, seed=args.seed)
+                           repeats=args.repeats, seed=args.seed, breakdown=args.breakdown)
   out["machine"] = hardware.describe()
   print(f"e2e N={args.tools} d={args.dim} batch={args.batch}: {out['ms_per_query']:.3f} ms/query "
         f"({out['queries_per_s']:,.0f} q/s); dense top-{args.k_pool} pass "
         f"{out['dense_ms_per_query']:.3f} ms/query; ratio {out['ratio_to_dense']:.2f}; "
         f"prepare {out['prepare_s']:.1f} s, compile {out['compile_s']:.1f} s")
+  if args.breakdown:
+    print("  ms/query by stage: " + ", ".join(
+        f"{k} {v:.3f}" for k, v in out["stages_ms_per_query"].items()))
   _write_json(args.json, out)
   return 0
 
