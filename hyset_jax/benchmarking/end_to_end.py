@@ -13,9 +13,11 @@ ratio is the number to read on a shared machine. ``breakdown=True`` also times t
 prefixes — stage 1 (query tower, P Zᵀ, top-K1), + the expansion, + the pair matrices G_m —
 interleaved with the other two, so each stage's cost is the difference of two prefixes
 measured in the same run (separately compiled programs: XLA may fuse a prefix differently
-from the whole, and on a shared machine a difference can come out slightly negative). ``table="random"`` replaces the neighbour
-table by random rows (same shapes, no ties): the query path costs the same whatever the rows
-hold, and building the real table (N²·d flops) is out of reach at N = 10⁶ on a CPU.
+from the whole, and on a shared machine a difference can come out slightly negative).
+
+``table="random"`` replaces the neighbour table by random rows (same shapes, no ties): the
+query path costs the same whatever the rows hold, and building the real table (N²·d flops) is
+out of reach at N = 10⁶ on a CPU.
 """
 from __future__ import annotations
 
@@ -129,8 +131,8 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
     extra["stages_ms_per_query"] = {
         "stage1": cum["stage1"], "expansion": cum["shortlist"] - cum["stage1"],
         "pair_matrices": cum["pairs"] - cum["shortlist"], "stage2": ms - cum["pairs"]}
-  return {**extra, "kind": "encoder excluded", "num_tools": num_tools, "dim": dim, "batch": batch,
-          "k1": k1, "k_pool": k_pool, "max_size": max_size, "method": method,
+  return {**extra, "kind": "encoder excluded", "num_tools": num_tools, "dim": dim,
+          "batch": batch, "k1": k1, "k_pool": k_pool, "max_size": max_size, "method": method,
           "ranking": ranking, "seed": seed, "repeats": repeats, "table": table,
           "ms_per_query": ms, "dense_ms_per_query": dense_ms, "ratio_to_dense": ms / dense_ms,
           "queries_per_s": 1e3 / ms, "times_s": t_hyset, "dense_times_s": t_dense,

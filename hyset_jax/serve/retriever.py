@@ -6,9 +6,9 @@ from one thread at a time (the micro-batcher's), since they share compiled funct
 
 A prediction row has the fields of ``hyset predict`` — ``set``, ``set_score``, ``ranking``,
 ``shortlist`` (tool ids) — computed by :func:`hyset_jax.inference.predict_batched` on the
-model's own query encoder from the model prepared once (:func:`hyset_jax.inference.prepare`:
-P Zᵀ, Z M_m and the neighbour table, per set-size limit a request asks for), plus ``tools``: the definitions of the set's members
-(:func:`hyset_jax.data.tooltext.definition`).
+model's own query encoder, from the model prepared once per set-size limit a request asks for
+(:func:`hyset_jax.inference.prepare`: P Zᵀ, Z M_m and the neighbour table), plus ``tools``: the
+definitions of the set's members (:func:`hyset_jax.data.tooltext.definition`).
 """
 from __future__ import annotations
 
@@ -127,11 +127,12 @@ class Retriever:
     return Options(max_size, k_pool, ranking)
 
   def prepared(self, max_size: int) -> inference.PreparedModel:
-    """The model prepared for set size ``max_size`` (built on first use, then kept): the
-    per-model products and the neighbour table are not recomputed per request — at N = 13,860,
-    d = 768 that is ~40 GFLOP, far more than a query's own work. The table is as wide as the
-    model's k_pool needs; a request with a larger k_pool scans every tool instead (same
-    answer)."""
+    """The model prepared for set size ``max_size`` (built on first use, then kept).
+
+    The per-model products and the neighbour table are not recomputed per request: at
+    N = 13,860, d = 768 that is ~80 GFLOP (~1 s on a 2-core CPU), far more than a query's own
+    work. The table is as wide as the model's k_pool needs; a request with a larger k_pool
+    scans every tool instead (same answer)."""
     with self._prepare_lock:
       if max_size not in self._prepared:
         self._prepared[max_size] = inference.prepare(
