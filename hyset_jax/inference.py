@@ -365,6 +365,13 @@ def _query_side(params: HysetParams, query_emb: jax.Array) -> jax.Array:
   return scoring.query_tower(params.tower, query_emb)
 
 
+def stage1_prepared(prep: PreparedModel, query_emb: jax.Array,
+                    k1: int) -> tuple[jax.Array, jax.Array]:
+  """Stage 1 from a prepared model: (ℓ f32[Q, N], the K1 tools of largest ℓ int32[Q, K1])."""
+  logits = _query_side(prep.params, query_emb) @ prep.logit_weights       # [Q, N]
+  return logits, jax.lax.top_k(logits, k1)[1]
+
+
 def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int,
                        k_pool: int) -> Shortlist:
   """:func:`shortlist` from a prepared model: the same tools in the same order.
@@ -373,8 +380,7 @@ def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int,
   in which some query has a boundary tie (:func:`neighbors.expand`) is scanned in full for
   those queries, so the answer is always the full scan's.
   """
-  logits = _query_side(prep.params, query_emb) @ prep.logit_weights       # [Q, N]
-  s0 = jax.lax.top_k(logits, k1)[1]
+  logits, s0 = stage1_prepared(prep, query_emb, k1)
   n_ext = k_pool - k1
   z = prep.params.tool_embeddings
 

@@ -149,7 +149,8 @@ def test_best_subset_is_the_argmax_of_every_score(k_pool, max_size, batch):
   pairs[::4] = 0.0
   # At the paper's scale the default method and the matmul form (colex and bf16 compile
   # slowly there; the smaller cases cover every method).
-  methods = (("gather", "matmul") if k_pool == 20 else choices.ENUMERATION_METHODS)
+  methods = ((choices.DEFAULT_METHOD, "matmul") if k_pool == 20
+             else choices.ENUMERATION_METHODS)
   for method in methods:
     want = enumeration.best_sets(enumeration.score_subsets(logits, pairs, table, method), table)
     got = enumeration.best_subset(logits, pairs, table, method)

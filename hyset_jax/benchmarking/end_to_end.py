@@ -146,7 +146,7 @@ def _prefixes(prep, q, k1: int, k_pool: int) -> dict:
   from hyset_jax import inference
 
   def stage1(p, x):
-    return jax.lax.top_k(inference._query_side(p.params, x) @ p.logit_weights, k1)
+    return inference.stage1_prepared(p, x, k1)[1]   # ℓ stays inside, as in the whole
 
   def shortlist(p, x):
     return inference.shortlist_prepared(p, x, k1, k_pool)

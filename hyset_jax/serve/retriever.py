@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -103,7 +102,6 @@ class Retriever:
     self.warm_texts = list(warm_texts)
     self.cache_dir = cache_dir
     self._prepared: dict[int, inference.PreparedModel] = {}
-    self._prepare_lock = threading.Lock()
 
   @property
   def num_tools(self) -> int:
@@ -132,13 +130,13 @@ class Retriever:
     The per-model products and the neighbour table are not recomputed per request: at
     N = 13,860, d = 768 that is ~80 GFLOP (~1 s on a 2-core CPU), far more than a query's own
     work. The table is as wide as the model's k_pool needs; a request with a larger k_pool
-    scans every tool instead (same answer)."""
-    with self._prepare_lock:
-      if max_size not in self._prepared:
-        self._prepared[max_size] = inference.prepare(
-            self.model.params, max_size=max_size, k_pool=self.model.k_pool,
-            cache_dir=self.cache_dir)
-      return self._prepared[max_size]
+    scans every tool instead (same answer). No lock: like every device call here it runs on
+    the micro-batcher's one thread (or before serving starts, in warm_up)."""
+    if max_size not in self._prepared:
+      self._prepared[max_size] = inference.prepare(
+          self.model.params, max_size=max_size, k_pool=self.model.k_pool,
+          cache_dir=self.cache_dir)
+    return self._prepared[max_size]
 
   def bucket(self, n: int) -> int:
     """The padded batch size for n queries: the next power of two, at most ``max_batch``."""
