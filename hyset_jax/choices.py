@@ -6,7 +6,9 @@ validation) and its default. No JAX import here: the CLI builds ``--help`` from 
 without loading JAX, and every module that needs a list of names takes it from here.
 
 >>> ENUMERATION_METHODS
-('gather', 'colex', 'matmul', 'matmul_bf16')
+('gather', 'colex', 'matmul', 'matmul_bf16', 'native')
+>>> METHOD_CHOICES
+('auto', 'gather', 'colex', 'matmul', 'matmul_bf16', 'native')
 >>> RANKINGS
 ('greedy', 'logit', 'set-first', 'set-mean')
 """
@@ -16,11 +18,19 @@ from typing import Literal, get_args
 
 from hyset_jax.errors import UserError
 
-# Subset-enumeration implementations (hyset_jax.enumeration.SCORERS). "gather" is the default:
-# chosen from benchmarks/results (K_pool = 20, M = 5 on XLA:CPU); see benchmarks/README.md.
-EnumerationMethod = Literal["gather", "colex", "matmul", "matmul_bf16"]
+# Subset-enumeration implementations (hyset_jax.enumeration.SCORERS): four JAX forms and the
+# native CPU kernel (hyset_jax/native; XLA FFI). "auto", the default wherever a method is
+# chosen, resolves when a program is traced (enumeration.resolve_method): "native" on the CPU
+# backend when the kernel can be built there, else "gather", the fastest pure-JAX form on
+# XLA:CPU (benchmarks/README.md). Training's differentiable enumeration always uses "gather".
+EnumerationMethod = Literal["gather", "colex", "matmul", "matmul_bf16", "native"]
 ENUMERATION_METHODS: tuple[str, ...] = get_args(EnumerationMethod)
-DEFAULT_METHOD: EnumerationMethod = "gather"
+MethodChoice = Literal["auto", EnumerationMethod]
+METHOD_CHOICES: tuple[str, ...] = ("auto",) + ENUMERATION_METHODS
+DEFAULT_METHOD: MethodChoice = "auto"
+# What "auto" falls back to where the native kernel cannot run; the exported programs
+# (StableHLO, ONNX) use it too, since a custom call does not travel to other stacks.
+PORTABLE_METHOD: EnumerationMethod = "gather"
 
 # How the K_pool shortlist tools are ranked (hyset_jax.inference.rank_tools). The delivered set
 # is the exact argmax of Eq. 14 under every ranking; only the ranked list differs.

@@ -5,7 +5,7 @@ a size in *colex* order (ordered by the largest element, then the next largest, 
 rank of {s_1 < … < s_k} is Σ_j C(s_j, j), so the row of any subset, and of the subsets it is
 built from, is known when the table is built (docs/speed.md).
 
-Three implementations of the same function, measured against each other in ``benchmarks/``
+Five implementations of the same function, measured against each other in ``benchmarks/``
 (their names: :data:`hyset_jax.choices.ENUMERATION_METHODS`):
 
 - :func:`score_subsets_gather` — the default: gathers each subset's members and pairs from
@@ -14,16 +14,24 @@ Three implementations of the same function, measured against each other in ``ben
   element) is scored from its parent p and one sibling, a few operations per subset.
 - :func:`score_subsets_matmul` — the incidence-matmul form: F_align = (A·(wℓ)) / (A·w) and
   F_set = A_pairs,m · g_m, one matmul per size and quantity (f32, or bf16 operands).
+- :func:`score_subsets_native` — the colex recurrence as a native CPU kernel called through
+  the XLA FFI (:mod:`hyset_jax.native`): queries on the vector lanes, every level in cache,
+  spread over XLA's thread pool. CPU backend only; not differentiable.
+
+``method="auto"`` (the default of :func:`best_subset` and :func:`score_subsets`) is resolved
+by :func:`resolve_method` when the program is traced: the native kernel where it can run, the
+gather form elsewhere.
 
 All take the per-query shortlist quantities ℓ (f32[Q, K]) and the pair matrices
 G_m = Z_S M_m Z_Sᵀ (f32[Q, M−1, K, K]) and return :class:`SubsetScores`; each is jitted (the
 table is a static argument) and compiles in about a second at K = 20, M = 5.
 
-Why gather is the default (K_pool = 20, M = 5, XLA:CPU, benchmarks/results/speed.md): it is
-exact for any logit range, fastest at batches ≤ 64 and ≥ 1024, needs no O(C(K,2)·C(K,M))
-constants (so it runs at K = 30), and on XLA:CPU the colex recurrence loses its operation-count
-advantage (XLA recomputes or spills the shared levels). On GPU/TPU re-measure with
-``hyset bench enumerate``: the matmul forms suit tensor cores and MXUs.
+Why gather is the JAX form "auto" falls back to (K_pool = 20, M = 5, XLA:CPU,
+benchmarks/results/speed.md): it is exact for any logit range, fastest at batches ≤ 64 and
+≥ 1024, needs no O(C(K,2)·C(K,M)) constants (so it runs at K = 30), and on XLA:CPU the colex
+recurrence loses its operation-count advantage (XLA recomputes or spills the shared levels,
+which is what the native kernel avoids). On GPU/TPU re-measure with ``hyset bench
+enumerate``: the matmul forms suit tensor cores and MXUs.
 
 Numerics: the gather and colex forms reorder the shortlist by ascending ℓ (``positions``
 records the order), so a subset's largest position also holds its largest logit c, and its
@@ -42,7 +50,7 @@ why this form on XLA:CPU).
 
 Tie-breaking: :func:`best_sets` and :func:`best_subset` take the first maximum in table order, i.e. the smallest set
 wins an exact tie between sizes; within a size, ties resolve by the colex order of the positions
-each implementation reports (ascending-ℓ order for gather and colex, shortlist order for
+each implementation reports (ascending-ℓ order for gather, colex and native, shortlist order for
 matmul). Exact ties between distinct sets need exactly equal floating-point scores.
 """
 from __future__ import annotations
@@ -59,8 +67,21 @@ import numpy as np
 from hyset_jax import choices
 from hyset_jax.errors import UserError
 
-Method = choices.EnumerationMethod
+Method = choices.MethodChoice
 DEFAULT_METHOD: Method = choices.DEFAULT_METHOD
+
+
+def resolve_method(method: Method) -> choices.EnumerationMethod:
+  """The implementation ``method`` names: ``"auto"`` is ``"native"`` where the native kernel
+  can run (CPU backend, kernel built) and :data:`choices.PORTABLE_METHOD` elsewhere; an
+  explicit ``"native"`` that cannot run is a UserError saying why."""
+  choices.check("enumeration method", method, choices.METHOD_CHOICES)
+  from hyset_jax import native
+  if method == "auto":
+    return "native" if native.available() else choices.PORTABLE_METHOD
+  if method == "native":
+    native.require()
+  return method
 
 
 def count_subsets(k_pool: int, max_size: int) -> int:
@@ -543,11 +564,24 @@ def _subset_major(t: _Tables, table: SubsetTable, method: str, rows: int | None 
   return out
 
 
+@functools.partial(jax.jit, static_argnums=2)
+def score_subsets_native(logits: jax.Array, pairs: jax.Array, table: SubsetTable) -> SubsetScores:
+  """Score every subset with the native CPU kernel (:mod:`hyset_jax.native`): the colex
+  recurrence, 16 queries per vector, over XLA's thread pool.
+
+  Args and returns as :func:`score_subsets_colex` (positions give the ascending-ℓ reordering).
+  """
+  from hyset_jax import native
+  _check_inputs(logits, pairs, table)
+  return SubsetScores(*native.subset_scores(logits, pairs, len(table)))
+
+
 SCORERS = {
     "gather": score_subsets_gather,
     "colex": score_subsets_colex,
     "matmul": score_subsets_matmul,
     "matmul_bf16": score_subsets_matmul_bf16,
+    "native": score_subsets_native,
 }
 
 
@@ -557,9 +591,9 @@ assert tuple(SCORERS) == choices.ENUMERATION_METHODS, "SCORERS and choices disag
 
 def score_subsets(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
                   method: Method = DEFAULT_METHOD) -> SubsetScores:
-  """Dispatch to one implementation by name (see :data:`SCORERS`)."""
-  choices.check("enumeration method", method, choices.ENUMERATION_METHODS)
-  return SCORERS[method](logits, pairs, table)
+  """Dispatch to one implementation by name (see :data:`SCORERS`; ``"auto"``:
+  :func:`resolve_method`)."""
+  return SCORERS[resolve_method(method)](logits, pairs, table)
 
 
 class BestSets(NamedTuple):
@@ -624,23 +658,28 @@ def best_subset(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
   """The best subset per query, ``best_sets(score_subsets(...), table, 1)`` without [Q, n].
 
   Same sets, scores and ties (the first maximum in table order of the reported positions).
-  The gather and colex forms score queries in chunks of :data:`BEST_CHUNK` (``lax.map``; a
-  remainder is scored as one smaller chunk) and reduce each chunk's subset-major scores; the
-  matmul forms reduce their [Q, n] scores (their GEMMs write them anyway).
+  The native kernel keeps a running best per query while it scores; the gather and colex forms
+  score queries in chunks of :data:`BEST_CHUNK` (``lax.map``; a remainder is scored as one
+  smaller chunk) and reduce each chunk's subset-major scores; the matmul forms reduce their
+  [Q, n] scores (their GEMMs write them anyway).
 
   Args:
     logits: f32[Q, K]; pairs: f32[Q, M−1, K, K]; table: as :func:`score_subsets_colex`.
-    method: the enumeration implementation.
+    method: the enumeration implementation (``"auto"``: :func:`resolve_method`).
 
   Returns:
     BestSets with k = 1.
   """
-  choices.check("enumeration method", method, choices.ENUMERATION_METHODS)
+  method = resolve_method(method)
   _check_inputs(logits, pairs, table)
-  if method not in ("gather", "colex"):
+  if method == "native":
+    from hyset_jax import native
+    best, rows, order = native.best_rows(logits, pairs)
+  elif method in ("gather", "colex"):
+    best, rows, order = map_query_chunks(
+        lambda lg, pr: _best_rows_query_last(lg, pr, table, method), BEST_CHUNK, logits, pairs)
+  else:
     return best_sets(SCORERS[method](logits, pairs, table), table, k=1)
-  best, rows, order = map_query_chunks(
-      lambda lg, pr: _best_rows_query_last(lg, pr, table, method), BEST_CHUNK, logits, pairs)
   members = jnp.asarray(table.members)[rows]                             # [Q, M]
   mask = jnp.asarray(table.mask)[rows]
   positions = jnp.take_along_axis(order, members, axis=1)

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from hyset_jax import modeldir
+from hyset_jax import choices, modeldir
 from hyset_jax.errors import UserError
 from hyset_jax.io_utils import atomic_dir
 
@@ -169,6 +169,8 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
   # jnp arrays (not NumPy): indexing them with traced shortlists must stay in the graph.
   params = jax.tree.map(jnp.asarray, inference.truncate(model.params, max_size))
   ranking = model.default_ranking  # what `hyset predict` uses without --ranking
+  # The portable JAX form: the native kernel is a custom call that other stacks cannot run.
+  method = choices.PORTABLE_METHOD
 
   def stage1(query_embeddings):
     return tuple(inference.shortlist(params, query_embeddings, k1, k_pool, max_size))
@@ -177,11 +179,12 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
     # A plain tuple: the artifact must load where inference.Reranked is not registered.
     return tuple(inference.rerank(params, query_embeddings,
                                   inference.Shortlist(shortlist, shortlist_logits),
-                                  k_pool=k_pool, max_size=max_size, ranking=ranking))
+                                  k_pool=k_pool, max_size=max_size, method=method,
+                                  ranking=ranking))
 
   def predict(query_embeddings):
     p = inference.predict(params, query_embeddings, k1=k1, k_pool=k_pool, max_size=max_size,
-                          ranking=ranking)
+                          method=method, ranking=ranking)
     return (p.shortlist, p.set_tools, p.set_size, p.set_score, p.ranking)
 
   return {
@@ -219,7 +222,7 @@ def write_stablehlo(out: str | os.PathLike, model: modeldir.ModelDir, *, force: 
       "platforms": list(platforms),
       "batch_dimension": "q: symbolic, any number of queries ≥ 1",
       "static": {"k1": k1, "k_pool": k_pool, "max_set_size": m, "num_tools": n,
-                 "query_dim": d_r, "tool_dim": d_z, "method": "gather",
+                 "query_dim": d_r, "tool_dim": d_z, "method": choices.PORTABLE_METHOD,
                  "ranking": model.default_ranking,
                  "query_encoder": model.query_encoder},
       "tool_ids": list(model.tool_ids),

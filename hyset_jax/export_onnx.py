@@ -21,8 +21,9 @@ does not export, plainly:
 - **a symbolic batch dimension.** jax2onnx's symbolic dimensions fail inside JAX's indexing
   (the shortlist gathers) on this JAX version, so B is fixed when exporting
   (``--onnx-batch``, default 1): pad a smaller batch with zero rows and drop their outputs.
-- **only the default enumeration** (``gather``) is exported; the ``method`` choice of
-  ``hyset predict`` does not carry over (all methods give the same sets).
+- **only the portable enumeration** (``gather``, ``choices.PORTABLE_METHOD``) is exported; the
+  ``method`` choice of ``hyset predict`` (whose default on a CPU is the native kernel, a custom
+  call no other runtime has) does not carry over: all methods give the same sets.
 - **the query encoder** is not in the graph: the input is the query embedding r(x), as for the
   StableHLO export.
 - onnxruntime has no kernels for boolean ``EyeLike`` and ``OneHot``, which the greedy ranking
@@ -39,7 +40,7 @@ import json
 import os
 import pathlib
 
-from hyset_jax import modeldir
+from hyset_jax import choices, modeldir
 from hyset_jax.errors import UserError
 from hyset_jax.io_utils import atomic_dir
 
@@ -135,7 +136,7 @@ def write_onnx(out: str | os.PathLike, model: modeldir.ModelDir, *, batch: int =
       "format": ONNX_FORMAT, "exporter": f"jax2onnx {_version('jax2onnx')}", "opset": OPSET,
       "batch": batch, "batch_note": "fixed at export; pad smaller batches with zero rows",
       "static": {"k1": k1, "k_pool": k_pool, "max_set_size": m,
-                 "num_tools": len(model.tool_ids), "query_dim": d_r, "method": "gather",
+                 "num_tools": len(model.tool_ids), "query_dim": d_r, "method": choices.PORTABLE_METHOD,
                  "ranking": model.default_ranking,
                  "query_encoder": model.query_encoder},
       "tool_ids": list(model.tool_ids), "models": {}}

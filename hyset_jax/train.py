@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from hyset_jax import batches, checkpoints, curves, dry_run, enumeration, inference, losses
+from hyset_jax import batches, checkpoints, choices, curves, dry_run, enumeration, inference
+from hyset_jax import losses
 from hyset_jax import model, rewards
 from hyset_jax import scoring
 from hyset_jax import sharding
@@ -86,7 +87,8 @@ def shortlist_subset_scores(params: scoring.HysetParams, query: jax.Array,
                       params.tool_embeddings[tools])
   pairs = scoring.shortlist_pairs(params, query, tools)
   table = enumeration.subset_table(tools.shape[1], params.max_set_size)
-  return enumeration.score_subsets(logits, pairs, table).scores
+  # The differentiable JAX form (the native kernel has no gradient).
+  return enumeration.score_subsets(logits, pairs, table, choices.PORTABLE_METHOD).scores
 
 
 def objective(theta: dict[str, Any], query: jax.Array, members: jax.Array, mask: jax.Array,

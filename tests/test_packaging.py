@@ -51,6 +51,10 @@ def test_wheel_installs_and_runs_from_elsewhere(tmp_path):
       print(reference.__file__)
       for name in ("tiny", "toollens", "bfcl"):
         print(name, type(config.resolve(name)).__name__)
+      from hyset_jax import native  # the kernel's source ships, so it builds from the wheel
+      import pathlib
+      assert native.SOURCE.is_file()
+      assert native.SOURCE.is_relative_to(pathlib.Path(reference.__file__).parent)
       """)], elsewhere, env)
   lines = out.splitlines()
   for line in lines[:3]:

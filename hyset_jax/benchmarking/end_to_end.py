@@ -100,7 +100,7 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
   import jax
 
   from hyset_jax import choices, enumeration, inference
-  method = method or choices.DEFAULT_METHOD
+  method = enumeration.resolve_method(method or choices.DEFAULT_METHOD)
   ranking = ranking or inference.DEFAULT_RANKING
   enumeration.validate_sizes(k_pool, max_size, k1=k1, num_tools=num_tools)
   log = log or (lambda msg: None)

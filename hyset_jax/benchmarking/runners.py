@@ -29,7 +29,8 @@ from hyset_jax import choices
 if TYPE_CHECKING:  # the workload module imports JAX; the CLI reads IMPLS without it
   from hyset_jax.benchmarking.workload import Workload  # noqa: F401
 
-# Implementation name → enumeration method, for the JAX forms; "jax" is the library default.
+# Implementation name → enumeration method, for the JAX forms and the native kernel; "jax" is
+# the library default ("auto": the native kernel on a CPU where it builds, else gather).
 # Built from the one list of method names (imports no JAX: the CLI reads it for --help).
 JAX_METHODS = {"jax": None,
                **{"jax-" + m.replace("_", "-"): m for m in choices.ENUMERATION_METHODS},
@@ -95,7 +96,9 @@ def _jax_prepare(method: str | None, w: "Workload", output: str) -> Prepared:
 
   from hyset_jax import enumeration, scoring
 
-  method = method or choices.DEFAULT_METHOD
+  # Record the implementation that runs ("auto" names none).
+  if method != "gather/subset-major":
+    method = enumeration.resolve_method(method or choices.DEFAULT_METHOD)
   table = enumeration.subset_table(w.k_pool, w.max_size)
 
   def score(logits, pairs):

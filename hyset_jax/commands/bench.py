@@ -78,8 +78,9 @@ def add_parser(subparsers) -> None:
   t.add_argument("--k1", type=_positive, default=15, help="stage-1 size K1 (default 15)")
   t.add_argument("--k-pool", type=_positive, default=20, help="shortlist size (default 20)")
   t.add_argument("--max-size", type=_positive, default=5, help="largest set size M (default 5)")
-  t.add_argument("--method", choices=choices.ENUMERATION_METHODS, default=choices.DEFAULT_METHOD,
-                 help="subset-enumeration implementation of stage 2")
+  t.add_argument("--method", choices=choices.METHOD_CHOICES, default=choices.DEFAULT_METHOD,
+                 help="subset-enumeration implementation of stage 2 (default auto: the native "
+                      "CPU kernel where it can run, else gather)")
   t.add_argument("--ranking", choices=choices.RANKINGS, default=choices.DEFAULT_RANKING,
                  help="how the shortlist is ranked")
   t.add_argument("--repeats", type=_positive, default=5, help="timed samples (default 5)")
@@ -112,7 +113,8 @@ def run_e2e(args: argparse.Namespace) -> int:
     raise UserError(f"--tools {args.tools} × --dim {args.dim} needs over 16 GiB for the "
                     "prepared library; lower one of them")
   out = end_to_end.measure(args.tools, args.dim, args.batch, k1=args.k1, k_pool=args.k_pool,
-                           max_size=args.max_size, method=args.method, ranking=args.ranking,
+                           max_size=args.max_size, method=enumeration.resolve_method(args.method),
+                           ranking=args.ranking,
                            repeats=args.repeats, seed=args.seed, breakdown=args.breakdown)
   out["machine"] = hardware.describe()
   print(f"e2e N={args.tools} d={args.dim} batch={args.batch}: {out['ms_per_query']:.3f} ms/query "

@@ -37,9 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                  help="largest set size M, at most the manifest's (default: the manifest's)")
   p.add_argument("--batch-size", type=int_at_least(1), default=256, metavar="N",
                  help="queries per inference call (default 256)")
-  p.add_argument("--method", choices=choices.ENUMERATION_METHODS, default=choices.DEFAULT_METHOD,
-                 help=f"subset-enumeration implementation (default {choices.DEFAULT_METHOD}; "
-                      "matmul_bf16 is approximate)")
+  p.add_argument("--method", choices=choices.METHOD_CHOICES, default=choices.DEFAULT_METHOD,
+                 help="subset-enumeration implementation (default auto: the native CPU kernel "
+                      "where it can run, else gather; matmul_bf16 is approximate)")
   p.add_argument("--ranking", choices=choices.RANKINGS, default=None,
                  help="how the shortlist is ranked (default: the model's, else "
                       f"{choices.DEFAULT_RANKING}); the set is the same under every ranking")
@@ -98,7 +98,7 @@ def resolve_overrides(model, k1: int | None, k_pool: int | None, max_size: int |
 
 
 def run(args: argparse.Namespace) -> int:
-  from hyset_jax import inference, io_utils, modeldir, neighbors
+  from hyset_jax import enumeration, inference, io_utils, modeldir, neighbors
 
   out = io_utils.output_file(args.out, args.force,
                             inputs=(args.model, args.queries, args.query_embeddings))
@@ -118,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
                                cache_dir=neighbors.cache_dir_beside(model_path),
                                progress=len(model.tool_ids) > 20_000)
   pred = inference.predict_batched(prepared, emb, k1=k1, k_pool=k_pool, max_size=max_size,
-                                   batch_size=args.batch_size, method=args.method,
+                                   batch_size=args.batch_size,
+                                   method=enumeration.resolve_method(args.method),
                                    ranking=args.ranking or model.ranking,
                                    progress=emb.shape[0] > 4 * args.batch_size)
   ids = model.tool_ids

@@ -46,8 +46,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                  help="largest request body (default 1 MiB; larger gets 413)")
   p.add_argument("--max-queries", type=int_at_least(1), default=256,
                  help="most queries in one request (default 256)")
-  p.add_argument("--method", choices=choices.ENUMERATION_METHODS,
-                 default=choices.DEFAULT_METHOD, help="subset-enumeration implementation")
+  p.add_argument("--method", choices=choices.METHOD_CHOICES, default=choices.DEFAULT_METHOD,
+                 help="subset-enumeration implementation (default auto: the native CPU kernel "
+                      "where it can run, else gather)")
   p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                  help="start without compiling every batch size first (faster start, slower "
                       "first requests)")
@@ -74,7 +75,9 @@ def run(args: argparse.Namespace) -> int:
   if args.mcp != "stdio":
     check_port(args.host, args.port)
   from hyset_jax.serve.retriever import load_retriever
-  retriever = load_retriever(args.model, args.tools, method=args.method,
+  from hyset_jax import enumeration
+  retriever = load_retriever(args.model, args.tools,
+                             method=enumeration.resolve_method(args.method),
                              max_batch=args.max_batch)
   if args.warm_up:
     print("compiling ...", file=sys.stderr)

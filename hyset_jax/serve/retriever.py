@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hyset_jax import inference
+from hyset_jax import choices, inference
 from hyset_jax.data.tooltext import definition
 from hyset_jax.errors import UserError
 
@@ -87,7 +87,7 @@ class Retriever:
   """
 
   def __init__(self, model, encode: Callable[[list[str]], np.ndarray], definitions: list[dict],
-               *, method: str = "gather", max_batch: int = 64,
+               *, method: str = choices.DEFAULT_METHOD, max_batch: int = 64,
                warm_texts: Sequence[str] = ("warm up",), cache_dir=None):
     if len(definitions) != len(model.tool_ids):
       raise ValueError("one definition per tool expected")
@@ -203,7 +203,8 @@ class Retriever:
     return int(self.model.params.projection.shape[0])
 
 
-def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *, method: str = "gather",
+def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *,
+                   method: str = choices.DEFAULT_METHOD,
                    max_batch: int = 64, log=lambda msg: print(msg, file=sys.stderr)) -> Retriever:
   """A Retriever for a model directory (or `hyset train` workdir) and its query encoder."""
   from hyset_jax import modeldir, neighbors

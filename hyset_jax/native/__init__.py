@@ -1,0 +1,191 @@
+"""Stage 2 as a native CPU kernel: ``subsets.cc`` called from JAX programs through the XLA FFI.
+
+The kernel scores every subset of a K-tool shortlist with the colex level recurrence of
+:mod:`hyset_jax.enumeration`, a group of 16 queries at a time with queries on the vector lanes,
+over XLA's intra-op thread pool; it returns the best set per query or every score, with the
+same numbers (to float rounding) and the same ties as the colex and gather forms. Why it exists:
+XLA:CPU cannot express the fast form of the recurrence (each level stays in cache, no level
+written and gathered back), measured in docs/speed.md.
+
+Build: the first use on a machine compiles ``subsets.cc`` with the system C++ compiler (``$CXX``,
+else ``c++`` or ``g++``; C++17) against JAX's FFI headers (``jax.ffi.include_dir()``), with
+``-O3 -march=native``, into ``$HYSET_CACHE/native/<key>/`` (``~/.cache/hyset_jax/native``); the
+key hashes the source, the flags, the compiler's version, the jaxlib version and the CPU's model
+and flags, so a changed source or another machine builds anew. The build takes a few seconds; it
+is written to a temporary file and renamed, so concurrent first uses do not collide.
+
+Where it runs: the CPU backend only. :func:`available` tells whether it can run here (and
+:func:`unavailable_reason` why not); ``method="auto"`` in :mod:`hyset_jax.enumeration` picks it
+when it can and the gather form otherwise. Not differentiable: training uses the JAX forms.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import pathlib
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+
+import jax
+import jax.numpy as jnp
+
+from hyset_jax.errors import UserError
+
+SOURCE = pathlib.Path(__file__).with_name("subsets.cc")
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off")
+# Queries scored together (kLanes in subsets.cc): one per vector lane.
+LANES = 16
+
+_lock = threading.Lock()
+_state: dict = {}          # "library": path once registered; "error": why it cannot run
+
+
+def _compiler() -> str:
+  """``$CXX`` when set (it must exist), else the first of c++, g++, clang++ on the PATH."""
+  if os.environ.get("CXX"):
+    found = shutil.which(os.environ["CXX"])
+    if found is None:
+      raise RuntimeError(f"$CXX is {os.environ['CXX']!r}, which is not an executable")
+    return found
+  for name in ("c++", "g++", "clang++"):
+    if shutil.which(name):
+      return shutil.which(name)
+  raise RuntimeError("no C++ compiler found (set $CXX, or install g++ or clang++)")
+
+
+def _cpu_signature() -> str:
+  """The CPU's model and feature flags: -march=native code is only valid on such a CPU."""
+  model, flags = platform.machine(), ""
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        key = line.split(":", 1)[0].strip()
+        if key == "model name" and not model.endswith("|"):
+          model += "|" + line.split(":", 1)[1].strip()
+        elif key in ("flags", "Features") and not flags:
+          flags = line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return model + "|" + flags
+
+
+def cache_dir() -> pathlib.Path:
+  """``$HYSET_CACHE/native`` when set, else ``~/.cache/hyset_jax/native``."""
+  root = os.environ.get("HYSET_CACHE") or "~/.cache/hyset_jax"
+  return pathlib.Path(root).expanduser() / "native"
+
+
+def _build_key(cxx: str) -> str:
+  import jaxlib
+  version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
+                           timeout=60).stdout
+  digest = hashlib.sha256()
+  for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), version.encode(),
+               jaxlib.__version__.encode(), _cpu_signature().encode()):
+    digest.update(part)
+    digest.update(b"\0")
+  return digest.hexdigest()[:20]
+
+
+def build(force: bool = False) -> pathlib.Path:
+  """Compile the kernel library (or find it in the cache); its path. Raises RuntimeError with
+  the compiler's message when it cannot be built."""
+  cxx = _compiler()
+  target = cache_dir() / _build_key(cxx) / "libhyset_subsets.so"
+  if target.exists() and not force:
+    return target
+  target.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+  os.close(fd)
+  try:
+    cmd = [cxx, *FLAGS, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", tmp]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+      raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr.strip()[-2000:]}")
+    os.replace(tmp, target)
+  finally:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
+  return target
+
+
+def _register() -> None:
+  """Build, load and register the FFI targets once per process; records why on failure."""
+  with _lock:
+    if _state:
+      return
+    try:
+      path = build()
+      lib = ctypes.cdll.LoadLibrary(str(path))
+      for name, symbol in (("hyset_best_subset", lib.HysetBestSubset),
+                           ("hyset_subset_scores", lib.HysetSubsetScores)):
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(symbol), platform="cpu")
+      _state["library"] = path
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+      _state["error"] = str(e)
+
+
+def unavailable_reason() -> str | None:
+  """None when the kernel can run on the default backend; otherwise why not."""
+  if jax.default_backend() != "cpu":
+    return f"the native kernel runs on the CPU backend only (this is {jax.default_backend()})"
+  _register()
+  if "error" in _state:
+    return f"the native kernel could not be built: {_state['error']}"
+  return None
+
+
+def available() -> bool:
+  """Whether :func:`best_rows` and :func:`subset_scores` can run here."""
+  return unavailable_reason() is None
+
+
+def require() -> None:
+  """Raise a UserError saying why the kernel cannot run, if it cannot."""
+  why = unavailable_reason()
+  if why is not None:
+    raise UserError(f"{why}; choose another --method (gather runs everywhere)")
+
+
+def _check(logits: jax.Array, pairs: jax.Array) -> tuple[int, int]:
+  q, k = logits.shape
+  if pairs.shape[0] != q or pairs.shape[2:] != (k, k) or pairs.shape[1] < 1:
+    raise ValueError(f"expected logits [Q, K] and pairs [Q, M−1, K, K], got {logits.shape} "
+                     f"and {pairs.shape}")
+  return q, k
+
+
+def best_rows(logits: jax.Array, pairs: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """The best subset per query.
+
+  Args:
+    logits: f32[Q, K] ℓ of the shortlist; pairs: f32[Q, M−1, K, K] G_m.
+
+  Returns:
+    (best F f32[Q], its row in ``enumeration.subset_table(K, M)`` int32[Q], the ascending-ℓ
+    order int32[Q, K] that the row's members index), as the gather and colex forms report.
+  """
+  require()
+  q, k = _check(logits, pairs)
+  call = jax.ffi.ffi_call(
+      "hyset_best_subset",
+      (jax.ShapeDtypeStruct((q,), jnp.float32), jax.ShapeDtypeStruct((q,), jnp.int32),
+       jax.ShapeDtypeStruct((q, k), jnp.int32)),
+      vmap_method="sequential")
+  return call(logits.astype(jnp.float32), pairs.astype(jnp.float32))
+
+
+def subset_scores(logits: jax.Array, pairs: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
+  """Every subset's F, f32[Q, n] in table order (n = Σ C(K, m)), and the ascending-ℓ order
+  int32[Q, K] (``SubsetScores.positions``). Arguments as :func:`best_rows`."""
+  require()
+  q, k = _check(logits, pairs)
+  call = jax.ffi.ffi_call(
+      "hyset_subset_scores",
+      (jax.ShapeDtypeStruct((q, n), jnp.float32), jax.ShapeDtypeStruct((q, k), jnp.int32)),
+      vmap_method="sequential")
+  return call(logits.astype(jnp.float32), pairs.astype(jnp.float32))

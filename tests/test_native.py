@@ -1,0 +1,147 @@
+"""The native CPU kernel of stage 2 (hyset_jax/native) against the JAX forms: the same scores
+(float rounding), positions, best sets and ties; its build cache; and what happens where it
+cannot be built (``auto`` falls back to gather, an explicit ``native`` is a clear error)."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from hyset_jax import choices, enumeration, native
+from hyset_jax.errors import UserError
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def random_inputs(rng, q, k, m, scale=0.3):
+  logits = rng.normal(size=(q, k)).astype(np.float32)
+  pairs = rng.normal(size=(q, m - 1, k, k)).astype(np.float32) * scale
+  return logits, (pairs + pairs.transpose(0, 1, 3, 2)) / 2   # G_m is symmetric
+
+
+def assert_same_as_gather(logits, pairs, k, m):
+  table = enumeration.subset_table(k, m)
+  want = enumeration.score_subsets(logits, pairs, table, "gather")
+  got = enumeration.score_subsets(logits, pairs, table, "native")
+  np.testing.assert_array_equal(np.asarray(got.positions), np.asarray(want.positions))
+  np.testing.assert_allclose(np.asarray(got.scores), np.asarray(want.scores), rtol=1e-5,
+                             atol=1e-5)
+  best_want = enumeration.best_subset(logits, pairs, table, "gather")
+  best_got = enumeration.best_subset(logits, pairs, table, "native")
+  np.testing.assert_array_equal(np.asarray(best_got.positions), np.asarray(best_want.positions))
+  np.testing.assert_array_equal(np.asarray(best_got.mask), np.asarray(best_want.mask))
+  np.testing.assert_allclose(np.asarray(best_got.scores), np.asarray(best_want.scores),
+                             rtol=1e-6, atol=1e-6)
+
+
+def test_the_kernel_runs_here():
+  """CI has a C++ compiler: the kernel must build, and "auto" must pick it."""
+  assert native.unavailable_reason() is None
+  assert enumeration.resolve_method("auto") == "native"
+  assert enumeration.resolve_method("colex") == "colex"
+
+
+# Batches around the kernel's 16-query groups (1, a partial group, several groups over the
+# thread pool), and shortlists from tiny to K = 30 and M = K.
+@pytest.mark.parametrize("k,m,q", [(20, 5, 1), (20, 5, 37), (5, 2, 3), (8, 8, 16),
+                                   (30, 4, 20), (12, 3, 130)])
+def test_native_equals_gather(k, m, q):
+  logits, pairs = random_inputs(np.random.default_rng(k * 100 + q), q, k, m)
+  assert_same_as_gather(logits, pairs, k, m)
+
+
+def test_native_ties_resolve_as_gather():
+  """Exact ties between sizes and within a size: duplicated logits, zero pair scores, a
+  query whose logits are all equal. Sets must be the very ones gather picks."""
+  rng = np.random.default_rng(7)
+  k, m, q = 10, 4, 40
+  logits, pairs = random_inputs(rng, q, k, m)
+  logits[::3, 1] = logits[::3, 0]
+  logits[1::5] = np.round(logits[1::5], 1)
+  logits[4] = 0.5
+  pairs[::2] = 0.0
+  assert_same_as_gather(logits, pairs, k, m)
+
+
+def test_native_on_logits_far_apart():
+  """The softmax sums are kept relative to each set's largest logit: exact for any range (a
+  spread of 400 underflows exp(ℓ − max ℓ) for the query-shift matmul form)."""
+  rng = np.random.default_rng(3)
+  logits, pairs = random_inputs(rng, 20, 12, 4)
+  logits *= 100.0
+  assert_same_as_gather(logits, pairs, 12, 4)
+
+
+def test_native_nan_wins_the_argmax_like_jnp():
+  """A NaN score is the best, as jnp.argmax and lax.top_k have it; the reported order sorts
+  NaN last, as jnp.argsort does."""
+  rng = np.random.default_rng(5)
+  k, m = 8, 3
+  table = enumeration.subset_table(k, m)
+  logits, pairs = random_inputs(rng, 4, k, m)
+  logits[1, 2] = np.nan
+  pairs[2, 0, 3, 5] = pairs[2, 0, 5, 3] = np.nan
+  logits[3, 4] = np.inf
+  scores = enumeration.score_subsets(logits, pairs, table, "native")
+  np.testing.assert_array_equal(np.asarray(scores.positions),
+                                np.asarray(jnp.argsort(jnp.asarray(logits), axis=1)))
+  want = enumeration.best_sets(scores, table)
+  got = enumeration.best_subset(logits, pairs, table, "native")
+  for a, b in zip(got, want):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert np.isnan(np.asarray(got.scores)[[1, 2], 0]).all()
+  assert np.isfinite(np.asarray(got.scores)[0, 0])
+
+
+def test_native_under_jit_vmap_and_inside_predict():
+  rng = np.random.default_rng(11)
+  logits, pairs = random_inputs(rng, 6, 10, 3)
+  table = enumeration.subset_table(10, 3)
+  want = enumeration.best_subset(logits, pairs, table, "gather")
+  batched = jax.vmap(lambda lg, pr: native.best_rows(lg, pr))(logits.reshape(2, 3, 10),
+                                                               pairs.reshape(2, 3, 2, 10, 10))
+  rows = np.asarray(batched[1]).reshape(6)
+  members = np.take_along_axis(np.asarray(batched[2]).reshape(6, 10), table.members[rows], 1)
+  np.testing.assert_array_equal(np.where(table.mask[rows], members, 0),
+                                np.asarray(want.positions[:, 0]))
+
+
+def test_build_is_cached_and_keyed(tmp_path, monkeypatch):
+  monkeypatch.setenv("HYSET_CACHE", str(tmp_path))
+  first = native.build()
+  assert first.is_relative_to(tmp_path / "native") and first.exists()
+  mtime = first.stat().st_mtime_ns
+  assert native.build() == first and first.stat().st_mtime_ns == mtime   # not rebuilt
+  assert native.build(force=True) == first and first.stat().st_mtime_ns != mtime
+  assert [p.name for p in first.parent.iterdir()] == [first.name]        # no temporaries left
+
+
+def run_cli(args, env):
+  return subprocess.run([sys.executable, "-m", "hyset_jax.cli", *args], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_without_a_compiler_auto_falls_back_and_native_is_a_clear_error(tmp_path):
+  env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"),
+         "HYSET_CACHE": str(tmp_path / "cache")}
+  done = run_cli(["bench", "enumerate", "--impl", "jax-native", "--batch", "4", "--repeats",
+                  "1"], env)
+  assert done.returncode == 2, done.stderr
+  assert "native kernel could not be built" in done.stderr and "no-such-compiler" in done.stderr
+  assert "Traceback" not in done.stderr
+  done = run_cli(["bench", "enumerate", "--batch", "4", "--repeats", "1", "--k-pool", "8",
+                  "--max-size", "3", "--json", str(tmp_path / "b.json")], env)
+  assert done.returncode == 0, done.stderr
+  import json
+  assert json.loads((tmp_path / "b.json").read_text())["method"] == choices.PORTABLE_METHOD
+
+
+def test_auto_falls_back_in_process(monkeypatch):
+  monkeypatch.setattr(native, "_state", {"error": "simulated"})
+  assert enumeration.resolve_method("auto") == choices.PORTABLE_METHOD
+  with pytest.raises(UserError, match="could not be built: simulated"):
+    enumeration.resolve_method("native")
