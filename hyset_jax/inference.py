@@ -372,26 +372,40 @@ def stage1_prepared(prep: PreparedModel, query_emb: jax.Array,
   return logits, jax.lax.top_k(logits, k1)[1]
 
 
-def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int,
-                       k_pool: int) -> Shortlist:
+SCAN_CHUNK = 8  # queries per chunk of the expansion's full-scan fallback
+
+
+def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_pool: int,
+                       method: enumeration.Method = enumeration.DEFAULT_METHOD) -> Shortlist:
   """:func:`shortlist` from a prepared model: the same tools in the same order.
 
   The neighbour table answers the expansion when it is wide enough (W ≥ K_pool − 1); a batch
   in which some query has a boundary tie (:func:`neighbors.expand`) is scanned in full for
-  those queries, so the answer is always the full scan's.
+  those queries, so the answer is always the full scan's. ``method`` (resolved by
+  :func:`enumeration.resolve_method`) ``"native"`` reads the table with the native kernel
+  (:func:`hyset_jax.native.expand`, the same answers); any other, with JAX.
   """
   logits, s0 = stage1_prepared(prep, query_emb, k1)
   n_ext = k_pool - k1
   z = prep.params.tool_embeddings
 
   def scan():
-    return _expand_scan(z, prep.keyed[s0, -1], logits, s0, n_ext)
+    # In chunks of queries: the branch's temporaries ([Q, N] several times over) would be
+    # allocated on every call, taken or not (measured at N = 13,860, batch 256: 57 MB against
+    # 14 MB without the branch, 6-8 ms of page faults per call).
+    return enumeration.map_query_chunks(
+        lambda keyed, lg, s: _expand_scan(z, keyed, lg, s, n_ext), SCAN_CHUNK,
+        prep.keyed[s0, -1], logits, s0)
 
   table = prep.neighbors
   if table is None or table.ids.shape[1] < k_pool - 1:
     extra = scan()
   else:
-    exp = neighbors.expand(table, logits, s0, n_ext)
+    if enumeration.resolve_method(method) == "native":
+      from hyset_jax import native
+      exp = neighbors.Expansion(*native.expand(table.ids, table.scores, logits, s0, n_ext))
+    else:
+      exp = neighbors.expand(table, logits, s0, n_ext)
     extra = jax.lax.cond(jnp.any(exp.tie),
                          lambda: jnp.where(exp.tie[:, None], scan(), exp.extra),
                          lambda: exp.extra)
@@ -426,7 +440,7 @@ def _predict_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_pool
                       rankings: tuple[Ranking, ...]) -> tuple[Prediction, ...]:
   if max_size != prep.max_size:
     raise ValueError(f"the model was prepared for max_size {prep.max_size}, not {max_size}")
-  sl = shortlist_prepared(prep, query_emb, k1, k_pool)
+  sl = shortlist_prepared(prep, query_emb, k1, k_pool, method)
   pairs = pair_matrices_prepared(prep, query_emb, sl.tools)
   return tuple(_prediction(sl, r) for r in _stage2(sl, pairs, k_pool=k_pool, max_size=max_size,
                                                    method=method, rankings=rankings))

@@ -145,3 +145,30 @@ def test_auto_falls_back_in_process(monkeypatch):
   assert enumeration.resolve_method("auto") == choices.PORTABLE_METHOD
   with pytest.raises(UserError, match="could not be built: simulated"):
     enumeration.resolve_method("native")
+
+
+@pytest.mark.parametrize("kind", ["random", "trained-like", "zero-m"])
+def test_native_expansion_equals_jax(kind):
+  """The native kernel's picks and boundary ties are neighbors.expand's: a random model, a
+  clustered one with duplicate tools (ties in g and at row boundaries), and M = 0 (every g
+  ties, the order falls to ℓ)."""
+  from hyset_jax import inference, neighbors
+  from test_speed import make_params, trained_like
+  rng = np.random.default_rng(4)
+  params = (trained_like(rng, 300, 12, 3) if kind == "trained-like"
+            else make_params(rng, 300, 12, 3))
+  if kind == "zero-m":
+    params = params._replace(interactions=jnp.zeros_like(params.interactions))
+  prep = inference.prepare(params, max_size=3, k_pool=10)
+  r = jnp.asarray(rng.normal(size=(50, 12)), jnp.float32)
+  logits, s0 = inference.stage1_prepared(prep, r, 6)
+  want = neighbors.expand(prep.neighbors, logits, s0, 4)
+  extra, tie = jax.jit(native.expand, static_argnums=4)(prep.neighbors.ids,
+                                                        prep.neighbors.scores, logits, s0, 4)
+  np.testing.assert_array_equal(np.asarray(extra), np.asarray(want.extra))
+  np.testing.assert_array_equal(np.asarray(tie), np.asarray(want.tie))
+  assert kind != "zero-m" or np.asarray(tie).all()
+  # And through the whole shortlist: the native path equals the full scan.
+  full = inference.shortlist(params, r, 6, 10, 3)
+  fast = inference.shortlist_prepared(prep, r, 6, 10, "native")
+  np.testing.assert_array_equal(np.asarray(fast.tools), np.asarray(full.tools))

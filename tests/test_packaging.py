@@ -53,8 +53,8 @@ def test_wheel_installs_and_runs_from_elsewhere(tmp_path):
         print(name, type(config.resolve(name)).__name__)
       from hyset_jax import native  # the kernel's source ships, so it builds from the wheel
       import pathlib
-      assert native.SOURCE.is_file()
-      assert native.SOURCE.is_relative_to(pathlib.Path(reference.__file__).parent)
+      for f in native.SOURCES + native.HEADERS:
+        assert f.is_file() and f.is_relative_to(pathlib.Path(reference.__file__).parent), f
       """)], elsewhere, env)
   lines = out.splitlines()
   for line in lines[:3]:

@@ -115,7 +115,7 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
   compiled = inference.predict_prepared.lower(prep, q, **kw).compile()
   compile_s = time.perf_counter() - start
   dense = jax.jit(lambda w, x: jax.lax.top_k(x @ w, k_pool)).lower(prep.logit_weights, q).compile()
-  prefixes = _prefixes(prep, q, k1, k_pool) if breakdown else {}
+  prefixes = _prefixes(prep, q, k1, k_pool, method) if breakdown else {}
   # Interleave them all so a change in machine load hits each alike.
   t_hyset, t_dense, t_prefix = [], [], {name: [] for name in prefixes}
   for _ in range(repeats):
@@ -139,7 +139,7 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
           "compile_s": compile_s, "prepare_s": prepare_s}
 
 
-def _prefixes(prep, q, k1: int, k_pool: int) -> dict:
+def _prefixes(prep, q, k1: int, k_pool: int, method: str) -> dict:
   """Compiled prefixes of predict_prepared: stage 1, + expansion (the shortlist), + G_m."""
   import jax
 
@@ -149,7 +149,7 @@ def _prefixes(prep, q, k1: int, k_pool: int) -> dict:
     return inference.stage1_prepared(p, x, k1)[1]   # ℓ stays inside, as in the whole
 
   def shortlist(p, x):
-    return inference.shortlist_prepared(p, x, k1, k_pool)
+    return inference.shortlist_prepared(p, x, k1, k_pool, method)
 
   def pairs(p, x):
     return inference.pair_matrices_prepared(p, x, shortlist(p, x).tools)

@@ -1,13 +1,17 @@
-"""Stage 2 as a native CPU kernel: ``subsets.cc`` called from JAX programs through the XLA FFI.
+"""Native CPU kernels of inference, called from JAX programs through the XLA FFI.
 
-The kernel scores every subset of a K-tool shortlist with the colex level recurrence of
-:mod:`hyset_jax.enumeration`, a group of 16 queries at a time with queries on the vector lanes,
-over XLA's intra-op thread pool; it returns the best set per query or every score, with the
-same numbers (to float rounding) and the same ties as the colex and gather forms. Why it exists:
-XLA:CPU cannot express the fast form of the recurrence (each level stays in cache, no level
-written and gathered back), measured in docs/speed.md.
+- ``subsets.cc`` (stage 2, Eq. 14): every subset of a K-tool shortlist scored with the colex
+  level recurrence of :mod:`hyset_jax.enumeration`, a group of 16 queries at a time with
+  queries on the vector lanes, over XLA's intra-op thread pool; the best set per query
+  (:func:`best_rows`) or every score (:func:`subset_scores`), with the same numbers (to float
+  rounding) and the same ties as the colex and gather forms. Why: XLA:CPU cannot express the
+  fast form of the recurrence (each level stays in cache, no level written and gathered
+  back), measured in docs/speed.md.
+- ``expansion.cc`` (Eq. 13): :func:`hyset_jax.neighbors.expand` from the neighbour table, one
+  query at a time (:func:`expand`): the same picks and boundary ties, without XLA's few dozen
+  small reductions per batch.
 
-Build: the first use on a machine compiles ``subsets.cc`` with the system C++ compiler (``$CXX``,
+Build: the first use on a machine compiles the sources with the system C++ compiler (``$CXX``,
 else ``c++`` or ``g++``; C++17) against JAX's FFI headers (``jax.ffi.include_dir()``), with
 ``-O3 -march=native``, into ``$HYSET_CACHE/native/<key>/`` (``~/.cache/hyset_jax/native``); the
 key hashes the source, the flags, the compiler's version, the jaxlib version and the CPU's model
@@ -35,7 +39,8 @@ import jax.numpy as jnp
 
 from hyset_jax.errors import UserError
 
-SOURCE = pathlib.Path(__file__).with_name("subsets.cc")
+SOURCES = tuple(pathlib.Path(__file__).with_name(f) for f in ("subsets.cc", "expansion.cc"))
+HEADERS = (pathlib.Path(__file__).with_name("parallel.h"),)
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off")
 # Queries scored together (kLanes in subsets.cc): one per vector lane.
 LANES = 16
@@ -84,8 +89,9 @@ def _build_key(cxx: str) -> str:
   version = subprocess.run([cxx, "--version"], capture_output=True, text=True,
                            timeout=60).stdout
   digest = hashlib.sha256()
-  for part in (SOURCE.read_bytes(), " ".join(FLAGS).encode(), version.encode(),
-               jaxlib.__version__.encode(), _cpu_signature().encode()):
+  parts = [f.read_bytes() for f in SOURCES + HEADERS]
+  for part in (*parts, " ".join(FLAGS).encode(), version.encode(), jaxlib.__version__.encode(),
+               _cpu_signature().encode()):
     digest.update(part)
     digest.update(b"\0")
   return digest.hexdigest()[:20]
@@ -102,7 +108,7 @@ def build(force: bool = False) -> pathlib.Path:
   fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
   os.close(fd)
   try:
-    cmd = [cxx, *FLAGS, "-I", jax.ffi.include_dir(), str(SOURCE), "-o", tmp]
+    cmd = [cxx, *FLAGS, "-I", jax.ffi.include_dir(), *map(str, SOURCES), "-o", tmp]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
       raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr.strip()[-2000:]}")
@@ -122,7 +128,8 @@ def _register() -> None:
       path = build()
       lib = ctypes.cdll.LoadLibrary(str(path))
       for name, symbol in (("hyset_best_subset", lib.HysetBestSubset),
-                           ("hyset_subset_scores", lib.HysetSubsetScores)):
+                           ("hyset_subset_scores", lib.HysetSubsetScores),
+                           ("hyset_expand", lib.HysetExpand)):
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(symbol), platform="cpu")
       _state["library"] = path
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
@@ -140,7 +147,8 @@ def unavailable_reason() -> str | None:
 
 
 def available() -> bool:
-  """Whether :func:`best_rows` and :func:`subset_scores` can run here."""
+  """Whether the kernels (:func:`best_rows`, :func:`subset_scores`, :func:`expand`) can run
+  here."""
   return unavailable_reason() is None
 
 
@@ -189,3 +197,19 @@ def subset_scores(logits: jax.Array, pairs: jax.Array, n: int) -> tuple[jax.Arra
       (jax.ShapeDtypeStruct((q, n), jnp.float32), jax.ShapeDtypeStruct((q, k), jnp.int32)),
       vmap_method="sequential")
   return call(logits.astype(jnp.float32), pairs.astype(jnp.float32))
+
+
+def expand(ids: jax.Array, scores: jax.Array, logits: jax.Array, s0: jax.Array,
+           n_ext: int) -> tuple[jax.Array, jax.Array]:
+  """:func:`hyset_jax.neighbors.expand` as a native kernel: the same (extra int32[Q, n_ext],
+  tie bool[Q]) from the table (ids int32[N, W], scores f32[N, W]), ℓ f32[Q, N] and S0
+  int32[Q, K1]."""
+  require()
+  q = logits.shape[0]
+  call = jax.ffi.ffi_call(
+      "hyset_expand",
+      (jax.ShapeDtypeStruct((q, n_ext), jnp.int32), jax.ShapeDtypeStruct((q,), jnp.int32)),
+      vmap_method="sequential")
+  extra, tie = call(ids.astype(jnp.int32), scores.astype(jnp.float32),
+                    logits.astype(jnp.float32), s0.astype(jnp.int32))
+  return extra, tie.astype(bool)

@@ -18,16 +18,14 @@
 // is the first maximum in table order (a NaN score wins, as in jnp.argmax).
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "parallel.h"
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -69,21 +67,36 @@ inline int64_t LevelFloats(const Problem& p, int k) {
   return Binom()(p.k, k) * kLanes * (2 + 2 * (p.sizes - k));
 }
 
-// Per-thread working memory, sized once and reused across the groups a thread scores.
+// Per-thread working memory. Kept by each thread between calls (ForThread): allocating and
+// zeroing its megabytes on every call cost ~1 ms, more than scoring one group (measured).
 struct Scratch {
   std::vector<float> ell, expo, g;          // [K][L], [K][K][L], [M−1][K(K−1)/2][L]
   std::vector<int32_t> order;               // [L][K]
   std::vector<float> lane_pairs;            // [L][M−1][K(K−1)/2]
   std::vector<float> prev, cur;             // two levels' state, see LevelView
   std::vector<float> scores;                // [n][L] (every-score output only)
-  Scratch(const Problem& p, bool all_scores)
-      : ell(p.k * kLanes), expo(p.k * p.k * kLanes), g((p.sizes - 1) * p.k * (p.k - 1) / 2 * kLanes),
-        order(kLanes * p.k), lane_pairs(kLanes * (p.sizes - 1) * p.k * (p.k - 1) / 2),
-        scores(all_scores ? p.n * kLanes : 0) {
+
+  // This thread's scratch, grown to fit p (never shrunk: a server sees the same shapes).
+  static Scratch& ForThread(const Problem& p, bool all_scores) {
+    static thread_local Scratch s;
+    const int64_t K = p.k, M = p.sizes, T = K * (K - 1) / 2;
     int64_t most = 0;
-    for (int k = 1; k < p.sizes; ++k) most = std::max(most, LevelFloats(p, k));
-    prev.resize(most);
-    cur.resize(most);
+    for (int k = 1; k < M; ++k) most = std::max(most, LevelFloats(p, k));
+    Grow(s.ell, K * kLanes);
+    Grow(s.expo, K * K * kLanes);
+    Grow(s.g, (M - 1) * T * kLanes);
+    Grow(s.order, kLanes * K);
+    Grow(s.lane_pairs, kLanes * (M - 1) * T);
+    Grow(s.prev, most);
+    Grow(s.cur, most);
+    if (all_scores) Grow(s.scores, p.n * kLanes);
+    return s;
+  }
+
+ private:
+  template <class V>
+  static void Grow(V& v, int64_t n) {
+    if (static_cast<int64_t>(v.size()) < n) v.resize(n);
   }
 };
 
@@ -408,35 +421,17 @@ void ScoreGroup(const Problem& p, int64_t q0, int64_t nq, Scratch& s, float* bes
   }
 }
 
-// Groups of kLanes queries spread over XLA's intra-op pool; the calling thread works too and
-// waits until every group is done (a task that starts after the last group was taken only
-// reads the shared counter, which it co-owns).
+// Groups of kLanes queries spread over XLA's intra-op pool (parallel.h).
 template <bool kAllScores>
 void ScoreAll(ffi::ThreadPool& pool, const Problem& p, float* best_out, int32_t* row_out,
               int32_t* order_out, float* scores_out) {
   const int64_t groups = (p.q + kLanes - 1) / kLanes;
-  struct Shared {
-    std::atomic<int64_t> next{0};
-    std::atomic<int64_t> done{0};
-  };
-  auto shared = std::make_shared<Shared>();
-  const Problem prob = p;
-  auto work = [shared, prob, groups, best_out, row_out, order_out, scores_out]() {
-    Scratch scratch(prob, kAllScores);
-    for (int64_t gi; (gi = shared->next.fetch_add(1)) < groups;) {
-      const int64_t q0 = gi * kLanes;
-      const int64_t nq = prob.q - q0 < kLanes ? prob.q - q0 : kLanes;
-      ScoreGroup<kAllScores>(prob, q0, nq, scratch, best_out, row_out, order_out, scores_out);
-      shared->done.fetch_add(1, std::memory_order_release);
-    }
-  };
-  // The calling thread works too: with every pool thread helping, one core would run two
-  // workers (measured on 2 cores: 150-185k vs 190-215k queries/s with one helper fewer).
-  int64_t helpers = pool.num_threads() - 1;
-  if (helpers > groups - 1) helpers = groups - 1;
-  for (int64_t t = 0; t < helpers; ++t) pool.Schedule([work]() { work(); });
-  work();
-  while (shared->done.load(std::memory_order_acquire) < groups) std::this_thread::yield();
+  hyset::ParallelFor(pool, groups, [p, best_out, row_out, order_out, scores_out](int64_t gi) {
+    Scratch& scratch = Scratch::ForThread(p, kAllScores);
+    const int64_t q0 = gi * kLanes;
+    const int64_t nq = p.q - q0 < kLanes ? p.q - q0 : kLanes;
+    ScoreGroup<kAllScores>(p, q0, nq, scratch, best_out, row_out, order_out, scores_out);
+  });
 }
 
 ffi::Error CheckAndDescribe(const ffi::Buffer<ffi::F32>& logits,
