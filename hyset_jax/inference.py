@@ -416,15 +416,21 @@ def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_poo
 PAIRS_CHUNK = 8  # queries per chunk of pair_matrices_prepared
 
 
-def pair_matrices_prepared(prep: PreparedModel, query_emb: jax.Array,
-                           tools: jax.Array) -> jax.Array:
+def pair_matrices_prepared(prep: PreparedModel, query_emb: jax.Array, tools: jax.Array,
+                           method: enumeration.Method = enumeration.DEFAULT_METHOD
+                           ) -> jax.Array:
   """G_m of each shortlist, f32[Q, M−1, K, K], from the precomputed Z M_m (K²·d per size).
 
   A model with the query-conditioned set term (``params.conditioned``) uses
   :func:`scoring.shortlist_pairs` instead: that term is per query, nothing to precompute.
+  ``method`` (resolved by :func:`enumeration.resolve_method`) ``"native"`` computes G_m with
+  the native kernel (:func:`hyset_jax.native.pair_matrices`: the upper triangle, mirrored).
   """
   if prep.params.conditioned is not None:
     return scoring.shortlist_pairs(prep.params, query_emb, tools)
+  if enumeration.resolve_method(method) == "native":
+    from hyset_jax import native
+    return native.pair_matrices(prep.keyed, prep.params.tool_embeddings, tools)
   def chunk(t):
     q, k = t.shape
     keyed = prep.keyed[t].reshape(q, -1, prep.keyed.shape[-1])            # [q, K·(M−1), d]
@@ -441,7 +447,7 @@ def _predict_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_pool
   if max_size != prep.max_size:
     raise ValueError(f"the model was prepared for max_size {prep.max_size}, not {max_size}")
   sl = shortlist_prepared(prep, query_emb, k1, k_pool, method)
-  pairs = pair_matrices_prepared(prep, query_emb, sl.tools)
+  pairs = pair_matrices_prepared(prep, query_emb, sl.tools, method)
   return tuple(_prediction(sl, r) for r in _stage2(sl, pairs, k_pool=k_pool, max_size=max_size,
                                                    method=method, rankings=rankings))
 

@@ -152,6 +152,6 @@ def _prefixes(prep, q, k1: int, k_pool: int, method: str) -> dict:
     return inference.shortlist_prepared(p, x, k1, k_pool, method)
 
   def pairs(p, x):
-    return inference.pair_matrices_prepared(p, x, shortlist(p, x).tools)
+    return inference.pair_matrices_prepared(p, x, shortlist(p, x).tools, method)
   return {name: jax.jit(fn).lower(prep, q).compile()
           for name, fn in (("stage1", stage1), ("shortlist", shortlist), ("pairs", pairs))}

@@ -10,6 +10,8 @@
 - ``expansion.cc`` (Eq. 13): :func:`hyset_jax.neighbors.expand` from the neighbour table, one
   query at a time (:func:`expand`): the same picks and boundary ties, without XLA's few dozen
   small reductions per batch.
+- ``pairs.cc`` (Eq. 3): a shortlist's pair matrices G_m from the prepared Z M_m rows
+  (:func:`pair_matrices`), the upper triangle computed and mirrored (M_m is symmetric).
 
 Build: the first use on a machine compiles the sources with the system C++ compiler (``$CXX``,
 else ``c++`` or ``g++``; C++17) against JAX's FFI headers (``jax.ffi.include_dir()``), with
@@ -39,7 +41,8 @@ import jax.numpy as jnp
 
 from hyset_jax.errors import UserError
 
-SOURCES = tuple(pathlib.Path(__file__).with_name(f) for f in ("subsets.cc", "expansion.cc"))
+SOURCES = tuple(pathlib.Path(__file__).with_name(f)
+                for f in ("subsets.cc", "expansion.cc", "pairs.cc"))
 HEADERS = (pathlib.Path(__file__).with_name("parallel.h"),)
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off")
 # Queries scored together (kLanes in subsets.cc): one per vector lane.
@@ -129,7 +132,8 @@ def _register() -> None:
       lib = ctypes.cdll.LoadLibrary(str(path))
       for name, symbol in (("hyset_best_subset", lib.HysetBestSubset),
                            ("hyset_subset_scores", lib.HysetSubsetScores),
-                           ("hyset_expand", lib.HysetExpand)):
+                           ("hyset_expand", lib.HysetExpand),
+                           ("hyset_pair_matrices", lib.HysetPairMatrices)):
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(symbol), platform="cpu")
       _state["library"] = path
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
@@ -147,8 +151,8 @@ def unavailable_reason() -> str | None:
 
 
 def available() -> bool:
-  """Whether the kernels (:func:`best_rows`, :func:`subset_scores`, :func:`expand`) can run
-  here."""
+  """Whether the kernels (:func:`best_rows`, :func:`subset_scores`, :func:`expand`,
+  :func:`pair_matrices`) can run here."""
   return unavailable_reason() is None
 
 
@@ -213,3 +217,15 @@ def expand(ids: jax.Array, scores: jax.Array, logits: jax.Array, s0: jax.Array,
   extra, tie = call(ids.astype(jnp.int32), scores.astype(jnp.float32),
                     logits.astype(jnp.float32), s0.astype(jnp.int32))
   return extra, tie.astype(bool)
+
+
+def pair_matrices(keyed: jax.Array, z: jax.Array, tools: jax.Array) -> jax.Array:
+  """G_m[a, c] = (z_a M_m)·z_c of each shortlist, f32[Q, M−1, K, K], from keyed f32[N, M−1, d]
+  (row t: z_tᵀ M_m, the prepared model's), Z f32[N, d] and the shortlists int32[Q, K]. Exactly
+  symmetric (the upper triangle is computed and mirrored; M_m is symmetric)."""
+  require()
+  q, k = tools.shape
+  call = jax.ffi.ffi_call(
+      "hyset_pair_matrices", jax.ShapeDtypeStruct((q, keyed.shape[1], k, k), jnp.float32),
+      vmap_method="sequential")
+  return call(keyed.astype(jnp.float32), z.astype(jnp.float32), tools.astype(jnp.int32))
