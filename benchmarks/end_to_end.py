@@ -44,7 +44,7 @@ def prepared_rows(batches, methods, repeats: int, log, prepared=None) -> list[di
       r = e2e.measure(N, D, batch, k1=K1, k_pool=K_POOL, max_size=M, method=method,
                       repeats=repeats if batch > 1 else 4 * repeats, prepared=prepared)
       r["kind"] = "prepared (hyset predict)"
-      log(f"  prepared {method:6s} batch={batch:4d}: {r['ms_per_query']:8.3f} ms/query, dense "
+      log(f"  prepared {r['method']:6s} batch={batch:4d}: {r['ms_per_query']:8.3f} ms/query, dense "
           f"{r['dense_ms_per_query']:.3f} ms/query, ratio {r['ratio_to_dense']:.2f}")
       rows.append(r)
   return rows

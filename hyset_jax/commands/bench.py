@@ -4,7 +4,7 @@
                         [--impl jax] [--output best|scores] [--repeats 5] [--seed 0]
                         [--check] [--json FILE]
   hyset bench e2e [--tools 13860] [--dim 768] [--batch 1] [--k1 15] [--k-pool 20]
-                  [--max-size 5] [--method gather] [--ranking greedy] [--repeats 5]
+                  [--max-size 5] [--method auto] [--ranking greedy] [--repeats 5]
                   [--seed 0] [--json FILE]
 
 ``enumerate`` scores every subset (1 ≤ |E| ≤ M) of a K-tool shortlist for a batch of random
@@ -12,8 +12,10 @@ queries and reports queries/s, subsets/s, compile time, peak memory and the sett
 ``--output best`` (the default) returns the best set per query, as predict does;
 ``--output scores`` returns every subset's score, f32[batch, n]. ``--dim 0`` times the
 enumeration alone from ℓ and G_m; ``--dim D`` also builds them from D-dimensional embeddings.
-Implementations: the JAX forms (``jax`` is the library default), the NumPy reference and its
-matmul variant, PyTorch (when installed) and a naive Python loop. The full side-by-side suite
+Implementations: the library default ``jax`` (``--method auto``: the native CPU kernel where it
+builds, else the gather form), each form by name (``jax-native``, ``jax-gather``, ``jax-colex``,
+``jax-matmul``, ``jax-matmul-bf16``), the NumPy reference and its matmul variant, PyTorch (when
+installed) and a naive Python loop. The full side-by-side suite
 with sweeps and plots is ``python -m benchmarks.run_all`` in the repository.
 
 JSON (docs/contracts.md): ``queries_per_s``, ``subsets_per_s``, ``time_s`` (median seconds per
