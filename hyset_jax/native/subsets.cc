@@ -23,6 +23,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel.h"
@@ -161,6 +162,31 @@ inline VF ExpNonPositive(VF x) {
 enum class Order { kTableOrder, kBlocked };
 constexpr int64_t kTile = 64;
 
+// Transposes a kLanes × kLanes block held as kLanes vectors: log2(kLanes) stages, each
+// swapping the off-diagonal w × w sub-blocks of every 2w × 2w block (w = kLanes/2, ..., 1).
+template <int w, size_t... I>
+inline VF SwapLow(VF a, VF b, std::index_sequence<I...>) {   // a's left w, b's left w
+  return __builtin_shufflevector(a, b, ((I & w) ? kLanes + I - w : I)...);
+}
+template <int w, size_t... I>
+inline VF SwapHigh(VF a, VF b, std::index_sequence<I...>) {  // a's right w, b's right w
+  return __builtin_shufflevector(a, b, ((I & w) ? kLanes + I : I + w)...);
+}
+template <int w>
+inline void TransposeStage(VF* v) {
+  if constexpr (w >= 1) {
+    const auto idx = std::make_index_sequence<kLanes>();
+    for (int i = 0; i < kLanes; ++i) {
+      if (i & w) continue;
+      const VF a = v[i], b = v[i + w];
+      v[i] = SwapLow<w>(a, b, idx);
+      v[i + w] = SwapHigh<w>(a, b, idx);
+    }
+    TransposeStage<w / 2>(v);
+  }
+}
+inline void Transpose(VF* v) { TransposeStage<kLanes / 2>(v); }
+
 // Keeps, per lane, the largest score so far and its table row: the first maximum in table
 // order. kNanAware also lets a NaN score win, as jnp.argmax does; only groups with an input
 // that is not a finite float of moderate size need it (otherwise no score is NaN).
@@ -291,11 +317,6 @@ bool BuildTables(const Problem& p, int64_t q0, int64_t nq, Scratch& s) {
     // This query's G_m (6.4 KB at K = 20, M = 5, read into L1 once) permuted to the sorted
     // positions, upper triangle only, written contiguously.
     const float* pq = p.pairs + (q0 + lane) * (M - 1) * KK;
-    // Its reads below jump around the block, which the hardware prefetcher cannot follow: ask
-    // for the next query's block now (measured: the reads were 70% of this function).
-    if (l + 1 < nq)
-      for (int64_t i = 0; i < (M - 1) * KK; i += 64 / sizeof(float))
-        __builtin_prefetch(pq + (M - 1) * KK + i);
     float* t = lanes + l * (M - 1) * T;
     for (int64_t m = 0; m < M - 1; ++m)
       for (int64_t a = 0; a < K; ++a) {
@@ -407,17 +428,18 @@ void ScoreGroup(const Problem& p, int64_t q0, int64_t nq, Scratch& s, float* bes
   for (int64_t l = 0; l < nq; ++l)
     std::memcpy(order_out + (q0 + l) * K, s.order.data() + l * K, K * sizeof(int32_t));
   if (kAllScores) {
-    // Transpose the group's [n][L] scores into its rows of the [Q, n] output, in blocks that
-    // stay in L1.
-    constexpr int64_t kBlock = 64;
+    // The group's [n][L] scores into its rows of the [Q, n] output, 16 × 16 blocks transposed
+    // in registers (a scalar copy cost more than the scoring, measured).
     const float* scores = s.scores.data();
-    for (int64_t i0 = 0; i0 < p.n; i0 += kBlock) {
-      const int64_t i1 = i0 + kBlock < p.n ? i0 + kBlock : p.n;
-      for (int64_t l = 0; l < nq; ++l) {
-        float* out = scores_out + (q0 + l) * p.n;
-        for (int64_t i = i0; i < i1; ++i) out[i] = scores[i * kLanes + l];
-      }
+    int64_t i0 = 0;
+    for (; i0 + kLanes <= p.n; i0 += kLanes) {
+      VF block[kLanes];
+      for (int r = 0; r < kLanes; ++r) block[r] = Load(scores + (i0 + r) * kLanes);
+      Transpose(block);
+      for (int64_t l = 0; l < nq; ++l) Store(scores_out + (q0 + l) * p.n + i0, block[l]);
     }
+    for (int64_t l = 0; l < nq; ++l)
+      for (int64_t i = i0; i < p.n; ++i) scores_out[(q0 + l) * p.n + i] = scores[i * kLanes + l];
   }
 }
 
