@@ -220,7 +220,7 @@ struct Best {
 template <bool kFirst, bool kLast, bool kBest, bool kScores, class BestT>
 inline void LevelRun(const Problem& p, int k, int64_t lo, int64_t hi, int64_t sib, int64_t out0,
                      int64_t row0, VF e, VF lc, const VF* gbc, const LevelView& pv,
-                     const LevelView& cv, BestT& best, float* scores) {
+                     const LevelView& cv, BestT* acc, float* scores) {
   // Everything the loop reads is copied into locals first: stores through float* could alias
   // any of them, and the compiler would reload (or spill) them on every iteration.
   const int64_t M = p.sizes;
@@ -245,9 +245,9 @@ inline void LevelRun(const Problem& p, int k, int64_t lo, int64_t hi, int64_t si
       Store(cs1 + r * kLanes, s1);
     }
   };
-  // Four accumulators, merged by row at the end: one would chain every compare-and-select onto
-  // the previous one.
-  BestT b0 = best, b1, b2, b3;
+  // Four accumulators, merged by row once all levels are done (Enumerate): one would chain
+  // every compare-and-select onto the previous one.
+  BestT b0 = acc[0], b1 = acc[1], b2 = acc[2], b3 = acc[3];
   int64_t i = lo;
   for (; i + 4 <= hi; i += 4) {
     score(i, b0);
@@ -256,12 +256,7 @@ inline void LevelRun(const Problem& p, int k, int64_t lo, int64_t hi, int64_t si
     score(i + 3, b3);
   }
   for (; i < hi; ++i) score(i, b0);
-  if (kBest) {
-    b0.Merge(b1);
-    b0.Merge(b2);
-    b0.Merge(b3);
-    best = b0;
-  }
+  if (kBest) acc[0] = b0, acc[1] = b1, acc[2] = b2, acc[3] = b3;
   if (kLast) return;
   // The pair sums of every larger size m, one contiguous pass each.
   for (int64_t m = k + 1; m <= M; ++m) {
@@ -349,7 +344,7 @@ Best<kNanAware> Enumerate(const Problem& p, Scratch& s) {
   float* scores = kScores ? s.scores.data() : nullptr;
   float* prev = s.prev.data();
   float* cur = s.cur.data();
-  Best<kNanAware> best;
+  Best<kNanAware> best[4];
   // Size 1: F = ℓ. The level-1 state is S0 = 1, S1 = ℓ (no pairs yet).
   {
     LevelView lv(prev, p, 1);
@@ -357,7 +352,7 @@ Best<kNanAware> Enumerate(const Problem& p, Scratch& s) {
       const VF lj = Load(ell + j * kLanes);
       Store(lv.s0 + j * kLanes, Splat(1.0f));
       Store(lv.s1 + j * kLanes, lj);
-      if (kBest) best.Update(lj, static_cast<int32_t>(j));
+      if (kBest) best[0].Update(lj, static_cast<int32_t>(j));
       if (kScores) Store(scores + j * kLanes, lj);
     }
   }
@@ -399,7 +394,10 @@ Best<kNanAware> Enumerate(const Problem& p, Scratch& s) {
     }
     if (!last) std::swap(prev, cur);
   }
-  return best;
+  best[0].Merge(best[1]);
+  best[0].Merge(best[2]);
+  best[0].Merge(best[3]);
+  return best[0];
 }
 
 // Scores the group of queries [q0, q0 + nq) and writes its outputs.
