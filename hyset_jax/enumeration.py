@@ -71,14 +71,17 @@ Method = choices.MethodChoice
 DEFAULT_METHOD: Method = choices.DEFAULT_METHOD
 
 
-def resolve_method(method: Method) -> choices.EnumerationMethod:
+def resolve_method(method: Method, k_pool: int | None = None, max_size: int | None = None,
+                   all_scores: bool = False) -> choices.EnumerationMethod:
   """The implementation ``method`` names: ``"auto"`` is ``"native"`` where the native kernel
-  can run (CPU backend, kernel built) and :data:`choices.PORTABLE_METHOD` elsewhere; an
-  explicit ``"native"`` that cannot run is a UserError saying why."""
+  can run (CPU backend, kernel built, and the shortlist of ``k_pool`` tools and sets of up to
+  ``max_size`` within its limits, when given) and :data:`choices.PORTABLE_METHOD` elsewhere;
+  an explicit ``"native"`` that cannot run is a UserError saying why."""
   choices.check("enumeration method", method, choices.METHOD_CHOICES)
   from hyset_jax import native
   if method == "auto":
-    return "native" if native.available() else choices.PORTABLE_METHOD
+    fits = k_pool is None or native.fits(k_pool, max_size or 2, all_scores)
+    return "native" if fits and native.available() else choices.PORTABLE_METHOD
   if method == "native":
     native.require()
   return method
@@ -593,7 +596,7 @@ def score_subsets(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
                   method: Method = DEFAULT_METHOD) -> SubsetScores:
   """Dispatch to one implementation by name (see :data:`SCORERS`; ``"auto"``:
   :func:`resolve_method`)."""
-  return SCORERS[resolve_method(method)](logits, pairs, table)
+  return SCORERS[resolve_method(method, table.k_pool, table.max_size, True)](logits, pairs, table)
 
 
 class BestSets(NamedTuple):
@@ -670,7 +673,7 @@ def best_subset(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
   Returns:
     BestSets with k = 1.
   """
-  method = resolve_method(method)
+  method = resolve_method(method, table.k_pool, table.max_size)
   _check_inputs(logits, pairs, table)
   if method == "native":
     from hyset_jax import native

@@ -401,7 +401,7 @@ def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_poo
   if table is None or table.ids.shape[1] < k_pool - 1:
     extra = scan()
   else:
-    if enumeration.resolve_method(method) == "native":
+    if enumeration.resolve_method(method, k_pool) == "native":
       from hyset_jax import native
       exp = neighbors.Expansion(*native.expand(table.ids, table.scores, logits, s0, n_ext))
     else:
@@ -428,7 +428,7 @@ def pair_matrices_prepared(prep: PreparedModel, query_emb: jax.Array, tools: jax
   """
   if prep.params.conditioned is not None:
     return scoring.shortlist_pairs(prep.params, query_emb, tools)
-  if enumeration.resolve_method(method) == "native":
+  if enumeration.resolve_method(method, tools.shape[1]) == "native":
     from hyset_jax import native
     return native.pair_matrices(prep.keyed, prep.params.tool_embeddings, tools)
   def chunk(t):

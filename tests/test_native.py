@@ -191,3 +191,19 @@ def test_native_pair_matrices_equal_the_einsum():
   kw = dict(k1=5, k_pool=12, max_size=4, ranking="set-first")
   assert_same_prediction(inference.predict_prepared(prep, r, method="native", **kw),
                          inference.predict(params, r, method="gather", **kw))
+
+
+def test_beyond_the_kernels_limits_auto_runs_gather():
+  """K_pool above the kernel's 62 (or a working set above its limit): ``auto`` runs the gather
+  form, an explicit ``native`` says why it cannot."""
+  assert native.fits(20, 5) and native.fits(30, 5, all_scores=True)
+  assert not native.fits(63, 2) and not native.fits(40, 12)
+  assert enumeration.resolve_method("auto", 63, 2) == choices.PORTABLE_METHOD
+  assert enumeration.resolve_method("auto", 20, 5) == "native"
+  table = enumeration.subset_table(63, 2)
+  logits, pairs = random_inputs(np.random.default_rng(2), 3, 63, 2)
+  best = enumeration.best_subset(logits, pairs, table)              # auto: gather here
+  want = enumeration.best_subset(logits, pairs, table, "gather")
+  np.testing.assert_array_equal(np.asarray(best.positions), np.asarray(want.positions))
+  with pytest.raises(UserError, match="beyond the native kernel"):
+    enumeration.best_subset(logits, pairs, table, "native")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import pathlib
 import platform
@@ -163,12 +164,38 @@ def require() -> None:
     raise UserError(f"{why}; choose another --method (gather runs everywhere)")
 
 
-def _check(logits: jax.Array, pairs: jax.Array) -> tuple[int, int]:
+# Working memory one thread of the stage-2 kernel may take (two levels of state for 16
+# queries, and with every score the group's [n][16] scores): 15 MB at K = 20, M = 5.
+SCRATCH_LIMIT_BYTES = 1 << 30
+MAX_POOL = 62  # kMaxPool in subsets.cc (its binomial table); pairs.cc takes up to 64
+
+
+def scratch_bytes(k: int, max_size: int, all_scores: bool) -> int:
+  """Bytes of per-thread working memory the stage-2 kernel needs for (K, M)."""
+  level = max((math.comb(k, j) * LANES * (2 + 2 * (max_size - j)) for j in range(1, max_size)),
+              default=0)
+  n = sum(math.comb(k, m) for m in range(1, max_size + 1))
+  return 4 * (2 * level + (n * LANES if all_scores else 0))
+
+
+def _check(logits: jax.Array, pairs: jax.Array, all_scores: bool = False) -> tuple[int, int]:
   q, k = logits.shape
   if pairs.shape[0] != q or pairs.shape[2:] != (k, k) or pairs.shape[1] < 1:
     raise ValueError(f"expected logits [Q, K] and pairs [Q, M−1, K, K], got {logits.shape} "
                      f"and {pairs.shape}")
+  max_size = pairs.shape[1] + 1
+  if not fits(k, max_size, all_scores):
+    raise UserError(f"K_pool = {k}, M = {max_size} is beyond the native kernel (K ≤ {MAX_POOL}"
+                    f" and {SCRATCH_LIMIT_BYTES >> 20} MiB of working memory per thread; this "
+                    f"needs {scratch_bytes(k, max_size, all_scores) >> 20} MiB); use --method "
+                    "gather")
   return q, k
+
+
+def fits(k: int, max_size: int, all_scores: bool = False) -> bool:
+  """Whether the kernels take a shortlist of K tools and sets of up to M (``auto`` runs the
+  gather form otherwise)."""
+  return k <= MAX_POOL and scratch_bytes(k, max_size, all_scores) <= SCRATCH_LIMIT_BYTES
 
 
 def best_rows(logits: jax.Array, pairs: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -195,7 +222,7 @@ def subset_scores(logits: jax.Array, pairs: jax.Array, n: int) -> tuple[jax.Arra
   """Every subset's F, f32[Q, n] in table order (n = Σ C(K, m)), and the ascending-ℓ order
   int32[Q, K] (``SubsetScores.positions``). Arguments as :func:`best_rows`."""
   require()
-  q, k = _check(logits, pairs)
+  q, k = _check(logits, pairs, all_scores=True)
   call = jax.ffi.ffi_call(
       "hyset_subset_scores",
       (jax.ShapeDtypeStruct((q, n), jnp.float32), jax.ShapeDtypeStruct((q, k), jnp.int32)),
@@ -225,6 +252,9 @@ def pair_matrices(keyed: jax.Array, z: jax.Array, tools: jax.Array) -> jax.Array
   symmetric (the upper triangle is computed and mirrored; M_m is symmetric)."""
   require()
   q, k = tools.shape
+  if k > MAX_POOL:
+    raise UserError(f"K_pool = {k} is beyond the native kernel (K ≤ {MAX_POOL}); use "
+                    "--method gather")
   call = jax.ffi.ffi_call(
       "hyset_pair_matrices", jax.ShapeDtypeStruct((q, keyed.shape[1], k, k), jnp.float32),
       vmap_method="sequential")

@@ -1,7 +1,7 @@
 // Stage 2 of HYSET (paper Eq. 14) on the CPU as XLA FFI custom calls: every subset of size
 // 1..M of a K-tool shortlist scored by the colex level recurrence, and either the best subset
 // per query or every score. Loaded by hyset_jax/native/__init__.py, which compiles this file
-// once per machine (see docs/speed.md, "The native CPU kernel").
+// once per machine (see docs/speed.md, "The native CPU kernels").
 //
 // Why a kernel of our own: XLA:CPU runs the same recurrence as a chain of fusions that write
 // each level to memory and gather it back, on one core; here a group of kLanes queries is
@@ -36,7 +36,6 @@ namespace {
 constexpr int kLanes = 16;     // queries scored together, one per vector lane
 constexpr int kMaxPool = 62;   // K limit: binomials below fit int64 for every M
 
-using Vec = float[kLanes];
 
 struct Binomials {
   int64_t c[kMaxPool + 2][kMaxPool + 2];
