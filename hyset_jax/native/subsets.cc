@@ -199,17 +199,6 @@ struct Best {
     score = take ? f : score;
     row = take ? (VI{} + r) : row;
   }
-  // Folds in an accumulator that saw other rows: the larger score wins; a tie (or two NaNs)
-  // goes to the smaller row, so the result is still the first maximum in table order.
-  inline void Merge(const Best& o) {
-    VI take = (o.score > score) | ((o.score == score) & (o.row < row));
-    if (kNanAware) {
-      const VI o_nan = o.score != o.score, nan = score != score;
-      take = (take & ~nan) | (o_nan & ~nan) | (o_nan & nan & (o.row < row));
-    }
-    score = take ? o.score : score;
-    row = take ? o.row : row;
-  }
 };
 
 // Level k of the recurrence for the parents of largest element b and the new element c (see
@@ -219,7 +208,7 @@ struct Best {
 template <bool kFirst, bool kLast, bool kBest, bool kScores, class BestT>
 inline void LevelRun(const Problem& p, int k, int64_t lo, int64_t hi, int64_t sib, int64_t out0,
                      int64_t row0, VF e, VF lc, const VF* gbc, const LevelView& pv,
-                     const LevelView& cv, BestT* acc, float* scores) {
+                     const LevelView& cv, BestT& best, float* scores) {
   // Everything the loop reads is copied into locals first: stores through float* could alias
   // any of them, and the compiler would reload (or spill) them on every iteration.
   const int64_t M = p.sizes;
@@ -244,18 +233,11 @@ inline void LevelRun(const Problem& p, int k, int64_t lo, int64_t hi, int64_t si
       Store(cs1 + r * kLanes, s1);
     }
   };
-  // Four accumulators, merged by row once all levels are done (Enumerate): one would chain
-  // every compare-and-select onto the previous one.
-  BestT b0 = acc[0], b1 = acc[1], b2 = acc[2], b3 = acc[3];
-  int64_t i = lo;
-  for (; i + 4 <= hi; i += 4) {
-    score(i, b0);
-    score(i + 1, b1);
-    score(i + 2, b2);
-    score(i + 3, b3);
-  }
-  for (; i < hi; ++i) score(i, b0);
-  if (kBest) acc[0] = b0, acc[1] = b1, acc[2] = b2, acc[3] = b3;
+  // One accumulator, in a local: four interleaved ones (so that consecutive compare-and-selects
+  // do not wait on each other) measured the same on this CPU.
+  BestT b = best;
+  for (int64_t i = lo; i < hi; ++i) score(i, b);
+  if (kBest) best = b;
   if (kLast) return;
   // The pair sums of every larger size m, one contiguous pass each.
   for (int64_t m = k + 1; m <= M; ++m) {
@@ -343,7 +325,7 @@ Best<kNanAware> Enumerate(const Problem& p, Scratch& s) {
   float* scores = kScores ? s.scores.data() : nullptr;
   float* prev = s.prev.data();
   float* cur = s.cur.data();
-  Best<kNanAware> best[4];
+  Best<kNanAware> best;
   // Size 1: F = ℓ. The level-1 state is S0 = 1, S1 = ℓ (no pairs yet).
   {
     LevelView lv(prev, p, 1);
@@ -351,7 +333,7 @@ Best<kNanAware> Enumerate(const Problem& p, Scratch& s) {
       const VF lj = Load(ell + j * kLanes);
       Store(lv.s0 + j * kLanes, Splat(1.0f));
       Store(lv.s1 + j * kLanes, lj);
-      if (kBest) best[0].Update(lj, static_cast<int32_t>(j));
+      if (kBest) best.Update(lj, static_cast<int32_t>(j));
       if (kScores) Store(scores + j * kLanes, lj);
     }
   }
@@ -393,10 +375,7 @@ Best<kNanAware> Enumerate(const Problem& p, Scratch& s) {
     }
     if (!last) std::swap(prev, cur);
   }
-  best[0].Merge(best[1]);
-  best[0].Merge(best[2]);
-  best[0].Merge(best[3]);
-  return best[0];
+  return best;
 }
 
 // Scores the group of queries [q0, q0 + nq) and writes its outputs.
