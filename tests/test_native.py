@@ -128,15 +128,29 @@ def run_cli(args, env):
 def test_without_a_compiler_auto_falls_back_and_native_is_a_clear_error(tmp_path):
   env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"),
          "HYSET_CACHE": str(tmp_path / "cache")}
+  import json
+  # Asked for by name, the benchmark reports it as not run, like torch where torch is missing.
   done = run_cli(["bench", "enumerate", "--impl", "jax-native", "--batch", "4", "--repeats",
-                  "1"], env)
-  assert done.returncode == 2, done.stderr
-  assert "native kernel could not be built" in done.stderr and "no-such-compiler" in done.stderr
-  assert "Traceback" not in done.stderr
+                  "1", "--json", str(tmp_path / "n.json")], env)
+  assert done.returncode == 0, done.stderr
+  status = json.loads((tmp_path / "n.json").read_text())["status"]
+  assert status.startswith("not run: the native kernel could not be built")
+  assert "no-such-compiler" in status and "no-such-compiler" in done.stdout
+  # predict, asked for it: exit 2 with the reason, no traceback; by default it runs.
+  from test_predict_cli import D, write_model_dir
+  write_model_dir(tmp_path / "model")
+  np.save(tmp_path / "q.npy", np.random.default_rng(0).normal(size=(3, D)).astype(np.float32))
+  args = ["predict", "--model", str(tmp_path / "model"), "--query-embeddings",
+          str(tmp_path / "q.npy"), "--out", str(tmp_path / "p.jsonl")]
+  done = run_cli(args + ["--method", "native"], env)
+  assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+  assert "native kernel could not be built" in done.stderr
+  done = run_cli(args, env)
+  assert done.returncode == 0 and len((tmp_path / "p.jsonl").read_text().splitlines()) == 3
+  # The default runs the gather form.
   done = run_cli(["bench", "enumerate", "--batch", "4", "--repeats", "1", "--k-pool", "8",
                   "--max-size", "3", "--json", str(tmp_path / "b.json")], env)
   assert done.returncode == 0, done.stderr
-  import json
   assert json.loads((tmp_path / "b.json").read_text())["method"] == choices.PORTABLE_METHOD
 
 

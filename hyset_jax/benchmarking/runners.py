@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from hyset_jax import choices
+from hyset_jax.errors import UserError
 
 if TYPE_CHECKING:  # the workload module imports JAX; the CLI reads IMPLS without it
   from hyset_jax.benchmarking.workload import Workload  # noqa: F401
@@ -194,12 +195,12 @@ def prepare(impl: str, w: "Workload", measure_peak: bool = True,
 
 def measure(impl: str, w: "Workload", repeats: int = 5, min_sample_s: float = 0.02,
             measure_peak: bool = True, output: str = "scores") -> Measurement:
-  """Time ``impl`` on ``w`` (see the module docstring); torch missing gives status
-  ``"not run: torch not installed"``."""
+  """Time ``impl`` on ``w`` (see the module docstring); torch missing, or the native kernel
+  unable to run here (another backend, no compiler), gives status ``"not run: <why>"``."""
   settings = {**w.settings(), "output": output}
   try:
     p = prepare(impl, w, measure_peak, output)
-  except ImportError as e:
+  except (ImportError, UserError) as e:  # torch missing; the native kernel cannot run here
     return Measurement(impl, settings, status=f"not run: {e}")
   p.call()                                              # warm-up: first-call costs
   start = time.perf_counter()
