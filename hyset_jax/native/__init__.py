@@ -14,15 +14,19 @@
   (:func:`pair_matrices`), the upper triangle computed and mirrored (M_m is symmetric).
 
 Build: the first use on a machine compiles the sources with the system C++ compiler (``$CXX``,
-else ``c++`` or ``g++``; C++17) against JAX's FFI headers (``jax.ffi.include_dir()``), with
+else ``c++``, ``g++`` or ``clang++``; C++17 with GCC ≥ 12 or Clang, for
+``__builtin_shufflevector``) against JAX's FFI headers (``jax.ffi.include_dir()``), with
 ``-O3 -march=native``, into ``$HYSET_CACHE/native/<key>/`` (``~/.cache/hyset_jax/native``); the
-key hashes the source, the flags, the compiler's version, the jaxlib version and the CPU's model
-and flags, so a changed source or another machine builds anew. The build takes a few seconds; it
-is written to a temporary file and renamed, so concurrent first uses do not collide.
+key hashes the sources, the flags, the compiler's version, the jaxlib version and the CPU's
+model and flags, so a changed source or another machine builds anew. The build takes a few
+seconds; it is written to a temporary file and renamed, so concurrent first uses do not
+collide. A failed build is not retried in the same process.
 
-Where it runs: the CPU backend only. :func:`available` tells whether it can run here (and
-:func:`unavailable_reason` why not); ``method="auto"`` in :mod:`hyset_jax.enumeration` picks it
-when it can and the gather form otherwise. Not differentiable: training uses the JAX forms.
+Where it runs: the CPU backend only, for K ≤ 62 and at most 1 GiB of working memory per thread
+(:func:`fits`). :func:`available` tells whether it can run here (and
+:func:`unavailable_reason` why not); ``method="auto"`` (:func:`enumeration.resolve_method`)
+picks it when it can and the gather form otherwise. Not differentiable: training uses the JAX
+forms.
 """
 from __future__ import annotations
 
