@@ -150,7 +150,8 @@ def set_mean(logits: jax.Array, pairs: jax.Array, max_size: int) -> jax.Array:
 
 
 def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
-               ranking: Ranking, max_size: int) -> jax.Array:
+               ranking: Ranking, max_size: int,
+               method: enumeration.Method = choices.PORTABLE_METHOD) -> jax.Array:
   """Order the shortlist for the rank metrics (issue: paper's greedy vs alternatives).
 
   - ``greedy`` (the paper): M greedy marginal-gain picks under F (:func:`greedy_ranking`),
@@ -178,6 +179,8 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
     best_positions: int32[Q, M] shortlist positions of Ê, padded with K.
     ranking: one of :data:`hyset_jax.choices.RANKINGS`.
     max_size: M.
+    method: resolved by :func:`enumeration.resolve_method`; ``"native"`` ranks ``greedy`` with
+      the native kernel (:func:`hyset_jax.native.greedy_ranking`, the same order).
 
   Returns:
     int32[Q, K] shortlist positions, best first.
@@ -193,6 +196,9 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
     pos = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (q, k))
     return jax.lax.sort((-set_mean(logits, pairs, max_size), -logits, pos), dimension=1,
                         num_keys=3)[2]
+  if enumeration.resolve_method(method, k) == "native":
+    from hyset_jax import native
+    return native.greedy_ranking(logits, pairs[:, :max_size - 1])
   picks = greedy_ranking(logits, pairs, max_size)                        # [Q, M]
   picked = jnp.any(jax.nn.one_hot(picks, k, dtype=bool), axis=1)         # [Q, K]
   rest = _first_then_by_logit(~picked, logits)[:, :k - max_size]
@@ -237,7 +243,8 @@ def _stage2(sl: Shortlist, pairs: jax.Array, *, k_pool: int, max_size: int,
   set_tools, set_size = set_tools.astype(jnp.int32), jnp.sum(valid, 1).astype(jnp.int32)
   return tuple(
       Reranked(set_tools, set_size, best.scores[:, 0],
-               jnp.take_along_axis(sl.tools, rank_tools(sl.logits, pairs, pos, r, max_size),
+               jnp.take_along_axis(sl.tools,
+                                   rank_tools(sl.logits, pairs, pos, r, max_size, method),
                                    axis=1).astype(jnp.int32))
       for r in rankings)
 

@@ -221,3 +221,19 @@ def test_beyond_the_kernels_limits_auto_runs_gather():
   np.testing.assert_array_equal(np.asarray(best.positions), np.asarray(want.positions))
   with pytest.raises(UserError, match="beyond the native kernel"):
     enumeration.best_subset(logits, pairs, table, "native")
+
+
+@pytest.mark.parametrize("k,m,q", [(20, 5, 37), (6, 3, 5), (10, 4, 40)])
+def test_native_greedy_ranking_equals_jax(k, m, q):
+  """The whole greedy ranking (M picks, then the rest by ℓ) against rank_tools' JAX form;
+  with duplicated logits and zero pair scores for exact ties in both parts."""
+  from hyset_jax import inference
+  rng = np.random.default_rng(k + q)
+  logits, pairs = random_inputs(rng, q, k, m)
+  logits[::3, 1] = logits[::3, 0]
+  logits[1::4, -1] = logits[1::4, 2]
+  pairs[::5] = 0.0
+  pos = jnp.zeros((q, m), jnp.int32)                        # greedy does not read Ê
+  want = inference.rank_tools(logits, pairs, pos, "greedy", m, "gather")
+  got = inference.rank_tools(logits, pairs, pos, "greedy", m, "native")
+  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

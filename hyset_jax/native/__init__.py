@@ -12,6 +12,8 @@
   small reductions per batch.
 - ``pairs.cc`` (Eq. 3): a shortlist's pair matrices G_m from the prepared Z M_m rows
   (:func:`pair_matrices`), the upper triangle computed and mirrored (M_m is symmetric).
+- ``greedy.cc``: the paper's greedy ranking of the shortlist (:func:`greedy_ranking`, what
+  ``inference.rank_tools(..., "greedy")`` returns), one query at a time.
 
 Build: the first use on a machine compiles the sources with the system C++ compiler (``$CXX``,
 else ``c++``, ``g++`` or ``clang++``; C++17 with GCC ≥ 12 or Clang, for
@@ -47,7 +49,7 @@ import jax.numpy as jnp
 from hyset_jax.errors import UserError
 
 SOURCES = tuple(pathlib.Path(__file__).with_name(f)
-                for f in ("subsets.cc", "expansion.cc", "pairs.cc"))
+                for f in ("subsets.cc", "expansion.cc", "pairs.cc", "greedy.cc"))
 HEADERS = (pathlib.Path(__file__).with_name("parallel.h"),)
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off")
 # Queries scored together (kLanes in subsets.cc): one per vector lane.
@@ -138,7 +140,8 @@ def _register() -> None:
       for name, symbol in (("hyset_best_subset", lib.HysetBestSubset),
                            ("hyset_subset_scores", lib.HysetSubsetScores),
                            ("hyset_expand", lib.HysetExpand),
-                           ("hyset_pair_matrices", lib.HysetPairMatrices)):
+                           ("hyset_pair_matrices", lib.HysetPairMatrices),
+                           ("hyset_greedy_ranking", lib.HysetGreedyRanking)):
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(symbol), platform="cpu")
       _state["library"] = path
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
@@ -157,7 +160,7 @@ def unavailable_reason() -> str | None:
 
 def available() -> bool:
   """Whether the kernels (:func:`best_rows`, :func:`subset_scores`, :func:`expand`,
-  :func:`pair_matrices`) can run here."""
+  :func:`pair_matrices`, :func:`greedy_ranking`) can run here."""
   return unavailable_reason() is None
 
 
@@ -263,3 +266,17 @@ def pair_matrices(keyed: jax.Array, z: jax.Array, tools: jax.Array) -> jax.Array
       "hyset_pair_matrices", jax.ShapeDtypeStruct((q, keyed.shape[1], k, k), jnp.float32),
       vmap_method="sequential")
   return call(keyed.astype(jnp.float32), z.astype(jnp.float32), tools.astype(jnp.int32))
+
+
+def greedy_ranking(logits: jax.Array, pairs: jax.Array) -> jax.Array:
+  """``inference.rank_tools(logits, pairs, _, "greedy", M)`` as a native kernel: int32[Q, K]
+  shortlist positions, the M greedy picks then the rest by descending ℓ (ties in shortlist
+  order), from ℓ f32[Q, K] and G_m f32[Q, M−1, K, K]."""
+  require()
+  q, k = logits.shape
+  if k > 64:
+    raise UserError(f"K_pool = {k} is beyond the native greedy kernel (K ≤ 64); use "
+                    "--method gather")
+  call = jax.ffi.ffi_call("hyset_greedy_ranking", jax.ShapeDtypeStruct((q, k), jnp.int32),
+                          vmap_method="sequential")
+  return call(logits.astype(jnp.float32), pairs.astype(jnp.float32))
