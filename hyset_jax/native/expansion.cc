@@ -89,13 +89,13 @@ ffi::Error ExpandImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::S32> ids,
     return ffi::Error::InvalidArgument("inconsistent shapes for the expansion");
   int32_t* out = extra->typed_data();
   int32_t* ties = tie->typed_data();
-  // Queries in chunks, so a task is worth scheduling.
-  constexpr int64_t kChunk = 16;
-  hyset::ParallelFor(pool, (q + kChunk - 1) / kChunk, [e, q, out, ties](int64_t task) {
-    std::vector<int32_t> cand(e.k1 * e.width);
-    std::vector<float> g(e.k1 * e.width), ell(e.k1 * e.width);
-    const int64_t end = (task + 1) * kChunk < q ? (task + 1) * kChunk : q;
-    for (int64_t i = task * kChunk; i < end; ++i) ExpandQuery(e, i, cand, g, ell, out, ties);
+  hyset::ParallelForEach(pool, q, 16, [e, out, ties](int64_t i) {
+    static thread_local std::vector<int32_t> cand;
+    static thread_local std::vector<float> g, ell;
+    cand.resize(e.k1 * e.width);
+    g.resize(e.k1 * e.width);
+    ell.resize(e.k1 * e.width);
+    ExpandQuery(e, i, cand, g, ell, out, ties);
   });
   return ffi::Error::Success();
 }

@@ -103,11 +103,7 @@ ffi::Error GreedyImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> logits,
     return ffi::Error::InvalidArgument("the greedy kernel takes M <= K <= 64");
   Greedy g{ld[1], pd[1], logits.typed_data(), pairs.typed_data(), out->typed_data()};
   const int64_t q = ld[0];
-  constexpr int64_t kChunk = 16;  // queries per task, so a task is worth scheduling
-  hyset::ParallelFor(pool, (q + kChunk - 1) / kChunk, [g, q](int64_t task) {
-    const int64_t end = (task + 1) * kChunk < q ? (task + 1) * kChunk : q;
-    for (int64_t i = task * kChunk; i < end; ++i) RankQuery(g, i);
-  });
+  hyset::ParallelForEach(pool, q, 16, [g](int64_t i) { RankQuery(g, i); });
   return ffi::Error::Success();
 }
 

@@ -38,6 +38,15 @@ void ParallelFor(xla::ffi::ThreadPool& pool, int64_t tasks, const Body& body) {
   while (shared->done.load(std::memory_order_acquire) < tasks) std::this_thread::yield();
 }
 
+// body(i) for i = 0..n−1, in tasks of `chunk` consecutive i (so a task is worth scheduling).
+template <class Body>
+void ParallelForEach(xla::ffi::ThreadPool& pool, int64_t n, int64_t chunk, const Body& body) {
+  ParallelFor(pool, (n + chunk - 1) / chunk, [n, chunk, body](int64_t task) {
+    const int64_t end = (task + 1) * chunk < n ? (task + 1) * chunk : n;
+    for (int64_t i = task * chunk; i < end; ++i) body(i);
+  });
+}
+
 }  // namespace hyset
 
 #endif  // HYSET_JAX_NATIVE_PARALLEL_H_
