@@ -100,7 +100,8 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
   import jax
 
   from hyset_jax import choices, enumeration, inference
-  method = enumeration.resolve_method(method or choices.DEFAULT_METHOD)
+  # Record the implementation that runs ("auto" names none).
+  method = enumeration.resolve_method(method or choices.DEFAULT_METHOD, k_pool, max_size)
   ranking = ranking or inference.DEFAULT_RANKING
   enumeration.validate_sizes(k_pool, max_size, k1=k1, num_tools=num_tools)
   log = log or (lambda msg: None)

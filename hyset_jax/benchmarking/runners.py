@@ -99,7 +99,8 @@ def _jax_prepare(method: str | None, w: "Workload", output: str) -> Prepared:
 
   # Record the implementation that runs ("auto" names none).
   if method != "gather/subset-major":
-    method = enumeration.resolve_method(method or choices.DEFAULT_METHOD)
+    method = enumeration.resolve_method(method or choices.DEFAULT_METHOD, w.k_pool, w.max_size,
+                                        all_scores=output == "scores")
   table = enumeration.subset_table(w.k_pool, w.max_size)
 
   def score(logits, pairs):

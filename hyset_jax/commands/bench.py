@@ -115,8 +115,7 @@ def run_e2e(args: argparse.Namespace) -> int:
     raise UserError(f"--tools {args.tools} × --dim {args.dim} needs over 16 GiB for the "
                     "prepared library; lower one of them")
   out = end_to_end.measure(args.tools, args.dim, args.batch, k1=args.k1, k_pool=args.k_pool,
-                           max_size=args.max_size, method=enumeration.resolve_method(args.method),
-                           ranking=args.ranking,
+                           max_size=args.max_size, method=args.method, ranking=args.ranking,
                            repeats=args.repeats, seed=args.seed, breakdown=args.breakdown)
   out["machine"] = hardware.describe()
   print(f"e2e N={args.tools} d={args.dim} batch={args.batch}: {out['ms_per_query']:.3f} ms/query "

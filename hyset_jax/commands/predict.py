@@ -98,7 +98,7 @@ def resolve_overrides(model, k1: int | None, k_pool: int | None, max_size: int |
 
 
 def run(args: argparse.Namespace) -> int:
-  from hyset_jax import enumeration, inference, io_utils, modeldir, neighbors
+  from hyset_jax import inference, io_utils, modeldir, neighbors
 
   out = io_utils.output_file(args.out, args.force,
                             inputs=(args.model, args.queries, args.query_embeddings))
@@ -118,8 +118,7 @@ def run(args: argparse.Namespace) -> int:
                                cache_dir=neighbors.cache_dir_beside(model_path),
                                progress=len(model.tool_ids) > 20_000)
   pred = inference.predict_batched(prepared, emb, k1=k1, k_pool=k_pool, max_size=max_size,
-                                   batch_size=args.batch_size,
-                                   method=enumeration.resolve_method(args.method),
+                                   batch_size=args.batch_size, method=args.method,
                                    ranking=args.ranking or model.ranking,
                                    progress=emb.shape[0] > 4 * args.batch_size)
   ids = model.tool_ids

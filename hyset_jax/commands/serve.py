@@ -75,9 +75,7 @@ def run(args: argparse.Namespace) -> int:
   if args.mcp != "stdio":
     check_port(args.host, args.port)
   from hyset_jax.serve.retriever import load_retriever
-  from hyset_jax import enumeration
-  retriever = load_retriever(args.model, args.tools,
-                             method=enumeration.resolve_method(args.method),
+  retriever = load_retriever(args.model, args.tools, method=args.method,
                              max_batch=args.max_batch)
   if args.warm_up:
     print("compiling ...", file=sys.stderr)

@@ -174,7 +174,7 @@ def require() -> None:
 # Working memory one thread of the stage-2 kernel may take (two levels of state for 16
 # queries, and with every score the group's [n][16] scores): 15 MB at K = 20, M = 5.
 SCRATCH_LIMIT_BYTES = 1 << 30
-MAX_POOL = 62  # kMaxPool in subsets.cc (its binomial table); pairs.cc takes up to 64
+MAX_POOL = 62  # kMaxPool in subsets.cc (its binomial table); the other kernels take up to 64
 
 
 def scratch_bytes(k: int, max_size: int, all_scores: bool) -> int:
@@ -190,13 +190,25 @@ def _check(logits: jax.Array, pairs: jax.Array, all_scores: bool = False) -> tup
   if pairs.shape[0] != q or pairs.shape[2:] != (k, k) or pairs.shape[1] < 1:
     raise ValueError(f"expected logits [Q, K] and pairs [Q, M−1, K, K], got {logits.shape} "
                      f"and {pairs.shape}")
-  max_size = pairs.shape[1] + 1
-  if not fits(k, max_size, all_scores):
-    raise UserError(f"K_pool = {k}, M = {max_size} is beyond the native kernel (K ≤ {MAX_POOL}"
-                    f" and {SCRATCH_LIMIT_BYTES >> 20} MiB of working memory per thread; this "
-                    f"needs {scratch_bytes(k, max_size, all_scores) >> 20} MiB); use --method "
-                    "gather")
+  _check_fits(k, pairs.shape[1] + 1, all_scores)
   return q, k
+
+
+def _check_fits(k: int, max_size: int, all_scores: bool = False) -> None:
+  if k > MAX_POOL:
+    raise UserError(f"K_pool = {k} is beyond the native kernel (K ≤ {MAX_POOL}); use --method "
+                    "gather")
+  if not fits(k, max_size, all_scores):
+    raise UserError(f"K_pool = {k}, M = {max_size} is beyond the native kernel: it needs "
+                    f"{scratch_bytes(k, max_size, all_scores) >> 20} MiB of working memory per "
+                    f"thread, over its {SCRATCH_LIMIT_BYTES >> 20} MiB; use --method gather")
+
+
+def _ffi(name: str, result):
+  """The FFI call of one kernel (building and registering them first), batched by vmap one
+  element at a time."""
+  require()
+  return jax.ffi.ffi_call(name, result, vmap_method="sequential")
 
 
 def fits(k: int, max_size: int, all_scores: bool = False) -> bool:
@@ -215,25 +227,19 @@ def best_rows(logits: jax.Array, pairs: jax.Array) -> tuple[jax.Array, jax.Array
     (best F f32[Q], its row in ``enumeration.subset_table(K, M)`` int32[Q], the ascending-ℓ
     order int32[Q, K] that the row's members index), as the gather and colex forms report.
   """
-  require()
   q, k = _check(logits, pairs)
-  call = jax.ffi.ffi_call(
-      "hyset_best_subset",
-      (jax.ShapeDtypeStruct((q,), jnp.float32), jax.ShapeDtypeStruct((q,), jnp.int32),
-       jax.ShapeDtypeStruct((q, k), jnp.int32)),
-      vmap_method="sequential")
+  call = _ffi("hyset_best_subset",
+              (jax.ShapeDtypeStruct((q,), jnp.float32), jax.ShapeDtypeStruct((q,), jnp.int32),
+               jax.ShapeDtypeStruct((q, k), jnp.int32)))
   return call(logits.astype(jnp.float32), pairs.astype(jnp.float32))
 
 
 def subset_scores(logits: jax.Array, pairs: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
   """Every subset's F, f32[Q, n] in table order (n = Σ C(K, m)), and the ascending-ℓ order
   int32[Q, K] (``SubsetScores.positions``). Arguments as :func:`best_rows`."""
-  require()
   q, k = _check(logits, pairs, all_scores=True)
-  call = jax.ffi.ffi_call(
-      "hyset_subset_scores",
-      (jax.ShapeDtypeStruct((q, n), jnp.float32), jax.ShapeDtypeStruct((q, k), jnp.int32)),
-      vmap_method="sequential")
+  call = _ffi("hyset_subset_scores",
+              (jax.ShapeDtypeStruct((q, n), jnp.float32), jax.ShapeDtypeStruct((q, k), jnp.int32)))
   return call(logits.astype(jnp.float32), pairs.astype(jnp.float32))
 
 
@@ -242,12 +248,9 @@ def expand(ids: jax.Array, scores: jax.Array, logits: jax.Array, s0: jax.Array,
   """:func:`hyset_jax.neighbors.expand` as a native kernel: the same (extra int32[Q, n_ext],
   tie bool[Q]) from the table (ids int32[N, W], scores f32[N, W]), ℓ f32[Q, N] and S0
   int32[Q, K1]."""
-  require()
   q = logits.shape[0]
-  call = jax.ffi.ffi_call(
-      "hyset_expand",
-      (jax.ShapeDtypeStruct((q, n_ext), jnp.int32), jax.ShapeDtypeStruct((q,), jnp.int32)),
-      vmap_method="sequential")
+  call = _ffi("hyset_expand",
+              (jax.ShapeDtypeStruct((q, n_ext), jnp.int32), jax.ShapeDtypeStruct((q,), jnp.int32)))
   extra, tie = call(ids.astype(jnp.int32), scores.astype(jnp.float32),
                     logits.astype(jnp.float32), s0.astype(jnp.int32))
   return extra, tie.astype(bool)
@@ -257,14 +260,10 @@ def pair_matrices(keyed: jax.Array, z: jax.Array, tools: jax.Array) -> jax.Array
   """G_m[a, c] = (z_a M_m)·z_c of each shortlist, f32[Q, M−1, K, K], from keyed f32[N, M−1, d]
   (row t: z_tᵀ M_m, the prepared model's), Z f32[N, d] and the shortlists int32[Q, K]. Exactly
   symmetric (the upper triangle is computed and mirrored; M_m is symmetric)."""
-  require()
   q, k = tools.shape
-  if k > MAX_POOL:
-    raise UserError(f"K_pool = {k} is beyond the native kernel (K ≤ {MAX_POOL}); use "
-                    "--method gather")
-  call = jax.ffi.ffi_call(
-      "hyset_pair_matrices", jax.ShapeDtypeStruct((q, keyed.shape[1], k, k), jnp.float32),
-      vmap_method="sequential")
+  _check_fits(k, 2)
+  call = _ffi("hyset_pair_matrices",
+              jax.ShapeDtypeStruct((q, keyed.shape[1], k, k), jnp.float32))
   return call(keyed.astype(jnp.float32), z.astype(jnp.float32), tools.astype(jnp.int32))
 
 
@@ -272,11 +271,7 @@ def greedy_ranking(logits: jax.Array, pairs: jax.Array) -> jax.Array:
   """``inference.rank_tools(logits, pairs, _, "greedy", M)`` as a native kernel: int32[Q, K]
   shortlist positions, the M greedy picks then the rest by descending ℓ (ties in shortlist
   order), from ℓ f32[Q, K] and G_m f32[Q, M−1, K, K]."""
-  require()
   q, k = logits.shape
-  if k > 64:
-    raise UserError(f"K_pool = {k} is beyond the native greedy kernel (K ≤ 64); use "
-                    "--method gather")
-  call = jax.ffi.ffi_call("hyset_greedy_ranking", jax.ShapeDtypeStruct((q, k), jnp.int32),
-                          vmap_method="sequential")
+  _check_fits(k, 2)
+  call = _ffi("hyset_greedy_ranking", jax.ShapeDtypeStruct((q, k), jnp.int32))
   return call(logits.astype(jnp.float32), pairs.astype(jnp.float32))
