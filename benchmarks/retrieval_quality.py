@@ -27,7 +27,9 @@ best-by-validation model on the test split. Rows:
 
 ``--baselines-only`` skips every HYSET training row (seconds to minutes instead of an hour);
 ``--data SPEC`` runs the config on another data set, e.g. the unseen-set split of
-benchmarks/unseen_split.py; ``--tag`` names its outputs and run directories.
+benchmarks/unseen_split.py; ``--encoder DIR`` embeds queries and tools with another encoder,
+e.g. one tuned by ``hyset finetune`` (every row, baselines included, then reads its vectors);
+``--tag`` names its outputs and run directories.
 
 Writes ``retrieval_<tag>.json``, ``.md`` and ``.png`` (R@5, COMP@3, COMP@5 of every row) under
 --out (``retrieval_<tag>_baselines.*`` with --baselines-only); ``--plot-only`` redraws the plot
@@ -200,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--config", default="toollens")
   parser.add_argument("--data", metavar="SPEC",
                       help="data set to run the config on instead of its own (data.spec)")
+  parser.add_argument("--encoder", metavar="DIR",
+                      help="the query encoder of every row (HYSET and the baselines): a "
+                           "sentence-transformers directory, e.g. hyset finetune's OUT/encoder "
+                           "(default: the config's model.encoder)")
   parser.add_argument("--tag", help="names the outputs and run directories (default: --config)")
   parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
   parser.add_argument("--paper-seeds", type=int, nargs="*",
@@ -247,7 +253,8 @@ def run(args: argparse.Namespace) -> int:
 
   from hyset_jax import config as config_lib
   from hyset_jax.train_data import prepare_data
-  data_override = [f"data.spec={args.data}"] if args.data else []
+  data_override = ([f"data.spec={args.data}"] if args.data else []) + (
+      [f"model.encoder={args.encoder}"] if args.encoder else [])
   config = config_lib.resolve(args.config, data_override)
   data = prepare_data(config)
   test = data.splits[config.data.test_split]
@@ -317,12 +324,14 @@ def run(args: argparse.Namespace) -> int:
           "date": datetime.date.today().isoformat(), "machine": platform.processor() or
           platform.machine(), "cpus": subprocess.run(["nproc"], capture_output=True,
                                                      text=True).stdout.strip(),
-          "spec": config.data.spec, "test_queries": len(test.ids),
+          "spec": config.data.spec, "query_encoder": data.query_encoder,
+          "test_queries": len(test.ids),
           "multi_tool_test_queries": len(multi),
           "train_wall_s": costs, "fit_wall_s": fit_costs, "rankings": chosen}
   out_json.write_text(json.dumps(
       {"meta": meta, "rows": rows["all"], "multi_tool_rows": rows.get("multi", {})}, indent=1))
-  lines = [f"{config.data.spec} test split ({len(test.ids)} queries), frozen MiniLM encoder; "
+  lines = [f"{config.data.spec} test split ({len(test.ids)} queries), query encoder "
+           f"{data.query_encoder} (frozen while θ trains); "
            f"mean ± std over seeds {args.seeds} where several; "
            f"`{meta['command']}`, {meta['date']}, {meta['cpus']} CPUs.", ""] + table(rows["all"])
   if "multi" in rows:

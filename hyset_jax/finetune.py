@@ -70,6 +70,8 @@ class EncoderTuneConfig:
       common; decay pulls ``A B`` toward 0, i.e. toward the frozen encoder).
     max_grad_norm: clip of the encoder's gradient (θ clips its own at 1.0).
     cache_batch_size: rows per forward when building caches and embedding eval splits.
+    temperature, set_weight, head_learning_rate: the label objective's softmax temperature,
+      set-head weight (0: tool head only) and heads' learning rate (:mod:`hyset_jax.label_tuning`).
   """
   mode: Literal["frozen", "top_layers", "lora", "full"] = "top_layers"
   n_layers: int = 2
@@ -80,6 +82,9 @@ class EncoderTuneConfig:
   weight_decay: float = 0.01
   max_grad_norm: float = 1.0
   cache_batch_size: int = 64
+  temperature: float = 0.05
+  set_weight: float = 1.0
+  head_learning_rate: float = 1e-3
 
 
 def validate_tune(tune: EncoderTuneConfig, config: config_lib.Config) -> None:
@@ -107,15 +112,19 @@ class JointState(NamedTuple):
   opt_state: Any
 
 
-def make_optimizer(config: config_lib.Config, tune: EncoderTuneConfig
-                   ) -> optax.GradientTransformation:
-  """θ: ``train.make_optimizer``; encoder: clip, AdamW, warm-up + cosine to 5% of its rate."""
-  steps = config.train.num_steps
+def encoder_optimizer(tune: EncoderTuneConfig, steps: int) -> optax.GradientTransformation:
+  """The encoder's: clip, AdamW, linear warm-up then cosine decay to 5% of its rate."""
   schedule = optax.warmup_cosine_decay_schedule(
       0.0, tune.learning_rate, min(tune.warmup_steps, max(1, steps - 1)), max(steps, 2),
       end_value=0.05 * tune.learning_rate)
-  encoder = optax.chain(optax.clip_by_global_norm(tune.max_grad_norm),
-                        optax.adamw(schedule, weight_decay=tune.weight_decay))
+  return optax.chain(optax.clip_by_global_norm(tune.max_grad_norm),
+                     optax.adamw(schedule, weight_decay=tune.weight_decay))
+
+
+def make_optimizer(config: config_lib.Config, tune: EncoderTuneConfig
+                   ) -> optax.GradientTransformation:
+  """θ: ``train.make_optimizer``; encoder: :func:`encoder_optimizer`."""
+  encoder = encoder_optimizer(tune, config.train.num_steps)
   return optax.multi_transform({"theta": train.make_optimizer(config.train), "encoder": encoder},
                                {"theta": "theta", "encoder": "encoder"})
 
@@ -248,7 +257,7 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
     (``validation``/``test`` names from the config), ``timing`` (seconds: cache building,
     median step, total), the trainable parameter count and the configs.
   """
-  from hyset_jax.encoder import layer_cache, load_encoder, tuning
+  from hyset_jax.encoder import encoder_reference, layer_cache, load_encoder, tuning
   from hyset_jax.io_utils import atomic_write, check_target, ensure_writable_dir
 
   config_lib.validate(config)
@@ -267,9 +276,9 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
   tables: dict[str, Any] = {}
   if tune.mode != "frozen":
     encoder = load_encoder(mc.encoder or None)
-    if encoder.name != data.query_encoder:
+    if encoder_reference(mc.encoder or None) != data.query_encoder:
       raise UserError(f"the prepared data was encoded with {data.query_encoder!r}, but "
-                      f"model.encoder loads {encoder.name!r}")
+                      f"model.encoder loads {encoder_reference(mc.encoder or None)!r}")
     layers = encoder.config.num_hidden_layers
     if tune.mode == "top_layers" and tune.n_layers > layers:
       raise UserError(f"tune.n_layers = {tune.n_layers}, but {encoder.name} has {layers} "

@@ -24,7 +24,12 @@ class QuerySet:
 
 @dataclasses.dataclass(frozen=True)
 class TrainingData:
-  """The library (ids, f32[N, d_z] encoder embeddings, the query encoder's name) and the splits."""
+  """The library (ids, f32[N, d_z] encoder embeddings), the query encoder and the splits.
+
+  ``query_encoder`` is what a model directory records for it
+  (:func:`hyset_jax.encoder.encoder_reference`: the default's name or a directory's absolute
+  path), so ``hyset predict`` embeds with the encoder training read.
+  """
   tool_ids: tuple[str, ...]
   tool_embeddings: np.ndarray       # f32[N, d_z], encoder output
   query_encoder: str
@@ -35,7 +40,7 @@ def prepare_data(config: config_lib.Config) -> TrainingData:
   """Read the data set, encode tools and queries with the frozen encoder (cached)."""
   from hyset_jax.data.specs import load_dataset
   from hyset_jax.data.splits import with_validation
-  from hyset_jax.encoder import encode_cached, load_encoder
+  from hyset_jax.encoder import encode_cached, encoder_reference, load_encoder
 
   c = config.data
   dataset = load_dataset(c.spec, max_set_size=config.model.max_set_size)
@@ -65,4 +70,5 @@ def prepare_data(config: config_lib.Config) -> TrainingData:
                             tuple(tuple(sorted(index[t] for t in q.gold)) for q in queries))
   log.info("encoding %d tools", len(dataset.tools))
   tool_emb = np.asarray(encode_cached(encoder, dataset.tools.texts), np.float32)
-  return TrainingData(dataset.tools.ids, tool_emb, encoder.name, splits)
+  return TrainingData(dataset.tools.ids, tool_emb, encoder_reference(config.model.encoder or None),
+                      splits)

@@ -17,7 +17,7 @@ import pytest
 
 from hyset_jax import config as config_lib
 from hyset_jax import finetune, model, modeldir, negatives, train_data
-from hyset_jax.encoder import layer_cache, load_encoder, st_export, tuning
+from hyset_jax.encoder import encoder_reference, layer_cache, load_encoder, st_export, tuning
 from hyset_jax.errors import UserError
 from test_encoder import TINY, write_tiny_model
 
@@ -132,8 +132,9 @@ def tiny_data(encoder) -> train_data.TrainingData:
                           tuple(gold))
 
   return train_data.TrainingData(tuple(f"t{i}" for i in range(6)), encoder.encode(tools),
-                            encoder.name, {"train": split(24, 0), "validation": split(8, 3),
-                                           "test": split(8, 5)})
+                            encoder_reference(encoder.model_dir),
+                            {"train": split(24, 0), "validation": split(8, 3),
+                             "test": split(8, 5)})
 
 
 def tiny_config(steps: int = 4) -> config_lib.Config:

@@ -11,7 +11,7 @@
 """
 from hyset_jax.encoder.cache import default_cache_dir, encode_cached, model_fingerprint
 from hyset_jax.encoder.sentence import (DEFAULT_MODEL_NAME, SentenceEncoder, default_model_dir,
-                                        load_encoder, resolve_model_dir)
+                                        encoder_reference, load_encoder, resolve_model_dir)
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
@@ -19,6 +19,7 @@ __all__ = [
     "default_cache_dir",
     "default_model_dir",
     "encode_cached",
+    "encoder_reference",
     "load_encoder",
     "model_fingerprint",
     "resolve_model_dir",

@@ -409,6 +409,16 @@ def resolve_model_dir(model_dir: str | os.PathLike | None = None) -> pathlib.Pat
   return path
 
 
+def encoder_reference(model_dir: str | os.PathLike | None = None) -> str:
+  """What a model directory records as its ``query_encoder`` so that :func:`load_encoder`
+  finds this encoder again from any working directory: the default's name, or the absolute
+  path of the given directory (a directory's own name would be resolved against the reader's
+  working directory, and a card that names another model would load that model)."""
+  if model_dir is None or str(model_dir) in ("", DEFAULT_MODEL_NAME):
+    return DEFAULT_MODEL_NAME
+  return str(resolve_model_dir(model_dir).resolve())
+
+
 def load_encoder(model_dir: str | os.PathLike | None = None) -> SentenceEncoder:
   """Loads a sentence-transformers directory as a :class:`SentenceEncoder`.
 
