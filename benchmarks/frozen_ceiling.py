@@ -8,9 +8,18 @@ in training), independent of HYSET:
   of C), and how often the gold set is among its top r sets.
 
 A set predictor built on the same embeddings that HYSET reads cannot exceed what these reach by
-much: they bound the exact-set rate (and so COMP@|E*|) that a frozen encoder supports. Writes
-``frozen_ceiling_<config>.json`` and ``.md`` under --out (an existing folder; existing files
-need ``--force``).
+much: they bound the exact-set rate (and so COMP@|E*|) that a frozen encoder supports.
+
+Whether that bound is the *data's* or the *encoder's*: the same logistic regression over
+TF-IDF word features of the query text (scikit-learn, sublinear tf, C = 100), how many test
+queries both predictors get wrong, and their product of probabilities (the mean of the two
+log-probabilities). If the two fail on different queries, the text holds more than the
+embedding shows, and a tuned encoder can reach it. ``--encoder DIR`` measures the same on
+another encoder's vectors (e.g. ``hyset finetune``'s OUT/encoder) and names the outputs
+``frozen_ceiling_<config>_<DIR's name>``.
+
+Writes ``frozen_ceiling_<config>[_<name>].json`` and ``.md`` under --out (an existing folder;
+existing files need ``--force``).
 """
 from __future__ import annotations
 
@@ -32,10 +41,13 @@ def run(args: argparse.Namespace) -> int:
   from sklearn.linear_model import LogisticRegression
   from hyset_jax import config as config_lib, io_utils
   from hyset_jax.train_data import prepare_data
-  config = config_lib.resolve(args.config, [])
+  config = config_lib.resolve(args.config, [f"model.encoder={args.encoder}"] if args.encoder
+                              else [])
+  stem = f"frozen_ceiling_{args.config}" + (f"_{pathlib.Path(args.encoder).resolve().parent.name}"
+                                           if args.encoder else "")
   # Both outputs checked before any work (an existing result needs --force).
-  out_json, out_md = (io_utils.output_file(pathlib.Path(args.out) / f"frozen_ceiling_"
-                                           f"{args.config}.{ext}", args.force)
+  out_json, out_md = (io_utils.output_file(pathlib.Path(args.out) / f"{stem}.{ext}", args.force,
+                                           inputs=[args.encoder])
                       for ext in ("json", "md"))
   data = prepare_data(config)
   c = config.data
@@ -61,18 +73,47 @@ def run(args: argparse.Namespace) -> int:
     rows[f"{k}-nearest training queries"] = {"test exact": exact(pred, test)}
     print(f"kNN k={k}: test exact {rows[f'{k}-nearest training queries']['test exact']:.4f}",
           flush=True)
-  for cval in args.cs:
-    lr = LogisticRegression(C=cval, max_iter=2000).fit(x_train, y)
-    top = lr.classes_[np.argsort(-lr.predict_proba(x_test), axis=1)]
-    row = {"validation exact": exact(lr.predict(x_val), val), "test exact": exact(top[:, 0], test)}
+  def lr_row(fitted, features_val, features_test) -> tuple[dict, np.ndarray]:
+    proba = fitted.predict_proba(features_test)
+    top = fitted.classes_[np.argsort(-proba, axis=1)]
+    row = {"validation exact": exact(fitted.predict(features_val), val),
+           "test exact": exact(top[:, 0], test)}
     for r in (2, 3, 5):
       row[f"gold among top {r} sets"] = float(np.mean(
           [tuple(sorted(g)) in {sets[t] for t in ts[:r]} for g, ts in zip(test.gold, top)]))
+    return row, proba
+
+  probas = {}
+  for cval in args.cs:
+    lr = LogisticRegression(C=cval, max_iter=2000).fit(x_train, y)
+    row, probas[cval] = lr_row(lr, x_val, x_test)
     rows[f"logistic regression over sets, C={cval:g}"] = row
     print(f"LR C={cval:g}: {row}", flush=True)
+  if args.tfidf:
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    vectorizer = TfidfVectorizer(sublinear_tf=True).fit(train.texts)
+    words = LogisticRegression(C=100.0, max_iter=2000).fit(vectorizer.transform(train.texts), y)
+    row, p_words = lr_row(words, vectorizer.transform(val.texts), vectorizer.transform(test.texts))
+    rows["logistic regression over sets, TF-IDF words (no encoder), C=100"] = row
+    print(f"TF-IDF LR: {row}", flush=True)
+    # The embedding LR with the strength that did best on validation, against the words.
+    best_c = max(args.cs, key=lambda cv: rows[f"logistic regression over sets, C={cv:g}"]
+                 ["validation exact"])
+    p_emb = probas[best_c]
+    right_emb = np.array([sets[t] == tuple(sorted(g)) for t, g in
+                          zip(words.classes_[p_emb.argmax(1)], test.gold)])
+    right_words = np.array([sets[t] == tuple(sorted(g)) for t, g in
+                            zip(words.classes_[p_words.argmax(1)], test.gold)])
+    both = np.log(p_emb + 1e-12) + np.log(p_words + 1e-12)
+    rows[f"both wrong (embeddings C={best_c:g} and TF-IDF)"] = {
+        "test": float(np.mean(~right_emb & ~right_words))}
+    rows[f"product of the two (embeddings C={best_c:g} × TF-IDF)"] = {
+        "test exact": exact(words.classes_[both.argmax(1)], test)}
+    print(rows[f"product of the two (embeddings C={best_c:g} × TF-IDF)"], flush=True)
 
   command = "python -m benchmarks.frozen_ceiling " + " ".join(sys.argv[1:])
   meta = {"command": command, "date": datetime.date.today().isoformat(), "spec": c.spec,
+          "query_encoder": data.query_encoder,
           "train_queries": len(train.ids), "test_queries": len(test.ids),
           "training_sets": len(classes)}
   out_json.write_text(
@@ -80,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
   keys = sorted({k for r in rows.values() for k in r}, key=lambda k: (k != "validation exact",
                                                                         k != "test exact", k))
   lines = [f"{c.spec}: {len(train.ids)} training queries over {len(classes)} distinct gold sets, "
-           f"{len(test.ids)} test queries; frozen MiniLM query embeddings; `{command}`, "
+           f"{len(test.ids)} test queries; query embeddings of {data.query_encoder}; `{command}`, "
            f"{meta['date']}.", "", "| predictor | " + " | ".join(keys) + " |",
            "|---|" + "---:|" * len(keys)]
   for name, r in rows.items():
@@ -98,8 +139,13 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--config", default="toollens")
   parser.add_argument("--cs", type=float, nargs="+", default=[1.0, 10.0, 100.0],
                       help="inverse regularisation strengths C of the logistic regression")
+  parser.add_argument("--encoder", metavar="DIR",
+                      help="a sentence-transformers directory to embed with instead of the "
+                           "config's encoder (e.g. hyset finetune's OUT/encoder)")
+  parser.add_argument("--no-tfidf", dest="tfidf", action="store_false",
+                      help="skip the TF-IDF predictor, the overlap and the product rows")
   parser.add_argument("--out", default="benchmarks/results", metavar="DIR",
-                      help="existing folder for frozen_ceiling_<config>.json and .md")
+                      help="existing folder for frozen_ceiling_<config>[_<name>].json and .md")
   parser.add_argument("--force", action="store_true", help="replace existing result files")
   parser.set_defaults(func=run)
   return cli.run(parser, argv)

@@ -5,7 +5,8 @@
 Every HYSET row is ``hyset train`` (resumable: rerunning skips finished runs) followed by the
 best-by-validation model on the test split. Rows:
 
-- BM25 / dense (frozen MiniLM) / BM25+dense RRF, through ``hyset eval``'s retrievers;
+- BM25 / dense (frozen MiniLM, or the ``--encoder``) / BM25+dense RRF, through ``hyset eval``'s
+  retrievers;
 - HYSET untrained (= dense);
 - HYSET, paper configuration: the config with the paper's choices put back (Eq. 10 with the
   50/30/20 mix, no per-tool loss, no shortlist negatives, no exhaustive-shortlist loss, linear
@@ -91,7 +92,8 @@ def baselines(config, data, test) -> dict[str, dict]:
   gold = [[data.tool_ids[t] for t in g] for g in test.gold]
   out = {}
   bm25, dense = BM25Retriever(tools), DenseRetriever(tools, encoder)
-  for name, r in (("BM25", bm25), ("dense (frozen MiniLM)", dense),
+  dense_name = "dense (frozen MiniLM)" if not config.model.encoder else "dense (--encoder)"
+  for name, r in (("BM25", bm25), (dense_name, dense),
                   ("BM25+dense RRF", FusionRetriever([bm25, dense]))):
     got = r.retrieve(list(test.texts), depth=20)
     out[name] = metrics.evaluate(got.rankings, gold, got.sets)

@@ -225,11 +225,12 @@ def tune_on_labels(config: config_lib.Config, tune: EncoderTuneConfig, out: str 
                    progress: bool = True) -> dict[str, Any]:
   """Tunes the query encoder on the training labels for ``config.train.num_steps`` steps of
   ``config.train.batch_size`` queries, keeping the encoder of the evaluation (every
-  ``config.train.eval_every`` steps and the last) with the lowest validation loss.
+  ``config.train.eval_every`` steps and the last) with the lowest validation loss; a log line
+  every ``config.train.log_every`` steps.
 
   Args:
     config: data, model (``model.encoder``: the encoder to start from) and ``train``'s
-      ``num_steps``, ``batch_size``, ``eval_every``, ``seed``.
+      ``num_steps``, ``batch_size``, ``eval_every``, ``log_every``, ``seed``.
     tune: the encoder's side (mode, layers, learning rates, τ, set weight).
     out: output directory (module docstring).
     data: already prepared data (default: ``prepare_data(config)``).
@@ -313,6 +314,10 @@ def tune_on_labels(config: config_lib.Config, tune: EncoderTuneConfig, out: str 
     if bar is not None:
       bar.update(1)
       bar.set_postfix(loss=f"{loss:.4f}")
+    if step % tc.log_every == 0:
+      log.info("step %d/%d: training loss %.4f (%.2f s/step)", step, tc.num_steps,
+               float(np.mean([r["loss"] for r in rows[-tc.log_every:]])),
+               float(np.median(step_seconds[-tc.log_every:])))
     if step % tc.eval_every == 0 or step == tc.num_steps:
       evals.append(evaluate(step))
       log.info("step %d: training loss %.4f, validation %s", step, loss, evals[-1])

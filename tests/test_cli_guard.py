@@ -78,6 +78,8 @@ ROWS = (
     Row("hyset", ("train", "--config", "tiny", "--data", "beir:{IN}", "--workdir", "{OUT}"),
         "BEIR", "dir", garbage="dir",
         cases=("missing", "garbage", "kind", "model-dir", "unwritable"), force=False),
+    Row("hyset", ("finetune", "--config", "tiny", "--data", "beir:{IN}", "--out", "{OUT}"),
+        "BEIR", "dir", garbage="dir"),
     Row("hyset", ("export", "--workdir", "{IN}", "--out", "{OUT}"), "MODEL", "dir",
         garbage="dir"),
     Row("hyset", ("export", "--workdir", "{IN}", "--out", "{OUT}", "--format", "npz"), "MODEL",

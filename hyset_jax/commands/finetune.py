@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import math
 
 from hyset_jax.errors import UserError
@@ -66,8 +67,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+  for noisy in ("absl", "orbax", "jax"):
+    logging.getLogger(noisy).setLevel(logging.WARNING)
   from hyset_jax import config as config_lib
   from hyset_jax import finetune, label_tuning
+  from hyset_jax.data.specs import input_paths
   from hyset_jax.io_utils import output_dir
   from hyset_jax.train_data import prepare_data
 
@@ -83,12 +88,16 @@ def run(args: argparse.Namespace) -> int:
       mode=args.mode, n_layers=args.n_layers, lora_rank=args.lora_rank,
       learning_rate=args.encoder_lr, temperature=args.temperature, set_weight=args.set_weight)
   config_lib.validate(config)
+  # The data set's files, the starting encoder and θ's model are inputs: never under --out.
+  inputs = (*input_paths(config.data.spec), config.model.encoder or None, args.init_model)
   if args.objective == "labels":
     label_tuning.validate(tune, config)
-    output_dir(args.out, args.force, marker=label_tuning.MARKER, what="label-tuning output")
+    output_dir(args.out, args.force, marker=label_tuning.MARKER, inputs=inputs,
+               what="label-tuning output")
   else:
     finetune.validate_tune(tune, config)
-    output_dir(args.out, args.force, marker="metrics.json", what="fine-tuning output")
+    output_dir(args.out, args.force, marker="metrics.json", inputs=inputs,
+               what="fine-tuning output")
   data = prepare_data(config)
   n_train = len(data.splits[config.data.train_split].ids)
   per_epoch = math.ceil(n_train / args.batch_size)
