@@ -180,6 +180,12 @@ def head_metrics(heads: dict[str, jax.Array], query: np.ndarray, labels: Labels,
   return out
 
 
+def host_copy(tree: Any) -> Any:
+  """A pytree's arrays copied to host memory. Not ``np.asarray``: that may view the device
+  buffer, which the next (donating) step overwrites."""
+  return jax.tree.map(lambda a: np.array(a, copy=True), tree)
+
+
 def validate(tune: EncoderTuneConfig, config: config_lib.Config) -> None:
   """Checks the label objective adds to :func:`hyset_jax.finetune.validate_tune`."""
   from hyset_jax.finetune import validate_tune
@@ -292,7 +298,7 @@ def tune_on_labels(config: config_lib.Config, tune: EncoderTuneConfig, out: str 
 
   evals = [evaluate(0)]
   log.info("step 0 validation: %s", evals[0])
-  best = (evals[0]["loss"], 0, jax.tree.map(np.asarray, state.params["encoder"]))
+  best = (evals[0]["loss"], 0, host_copy(state.params["encoder"]))
   rows, step_seconds = [], []
   n = len(train_qs.ids)
   bar = None
@@ -322,7 +328,7 @@ def tune_on_labels(config: config_lib.Config, tune: EncoderTuneConfig, out: str 
       evals.append(evaluate(step))
       log.info("step %d: training loss %.4f, validation %s", step, loss, evals[-1])
       if evals[-1]["loss"] < best[0]:
-        best = (evals[-1]["loss"], step, jax.tree.map(np.asarray, state.params["encoder"]))
+        best = (evals[-1]["loss"], step, host_copy(state.params["encoder"]))
   if bar is not None:
     bar.close()
   t_train = time.perf_counter() - t_loop
