@@ -1,4 +1,5 @@
-"""The training curves of a run as a PNG: training loss and validation metrics against step."""
+"""The training curves of a run as a PNG: training loss and validation metrics against step;
+:func:`save_png` for every other figure a run writes."""
 from __future__ import annotations
 
 import os
@@ -19,6 +20,12 @@ def plot_curves(rows: list[dict], path: pathlib.Path) -> None:
     ax[1].plot([r["step"] for r in val], [r[key] for r in val], marker="o", label=key[4:])
   ax[1].set(xlabel="step", ylabel="validation", ylim=(0, 1), title="validation metrics")
   ax[1].legend()
+  save_png(fig, path)
+
+
+def save_png(fig, path: pathlib.Path) -> None:
+  """Lay out, write atomically (a temporary file renamed over ``path``) and close a figure."""
+  import matplotlib.pyplot as plt
   fig.tight_layout()
   tmp = path.with_suffix(".tmp.png")
   fig.savefig(tmp, dpi=110)

@@ -203,11 +203,11 @@ def validate(tune: EncoderTuneConfig, config: config_lib.Config) -> None:
 
 def _plot(rows: list[dict], evals: list[dict], path: pathlib.Path) -> None:
   """Training loss and the validation numbers against step, as a PNG."""
-  import os
-
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
+  from hyset_jax.curves import save_png
   fig, ax = plt.subplots(1, 2, figsize=(10, 3.6))
   ax[0].plot([r["step"] for r in rows], [r["loss"] for r in rows])
   ax[0].plot([e["step"] for e in evals], [e["loss"] for e in evals], marker="o",
@@ -219,11 +219,7 @@ def _plot(rows: list[dict], evals: list[dict], path: pathlib.Path) -> None:
       ax[1].plot([e["step"] for e in evals], [e[key] for e in evals], marker="o", label=key)
   ax[1].set(xlabel="step", ylabel="validation", ylim=(0, 1), title="validation (heads)")
   ax[1].legend()
-  fig.tight_layout()
-  tmp = path.with_suffix(".tmp.png")
-  fig.savefig(tmp, dpi=110)
-  plt.close(fig)
-  os.replace(tmp, path)
+  save_png(fig, path)
 
 
 def tune_on_labels(config: config_lib.Config, tune: EncoderTuneConfig, out: str | pathlib.Path,

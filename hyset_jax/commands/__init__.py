@@ -2,6 +2,18 @@
 import argparse
 
 
+def add_config_args(p: argparse.ArgumentParser) -> None:
+  """``--config``, ``--data`` and ``--set``: the config a command runs, as ``hyset train``
+  takes it (resolved by :func:`hyset_jax.config.resolve`)."""
+  from hyset_jax.config import presets  # light: no JAX
+  p.add_argument("--config", required=True, metavar="NAME|FILE.py",
+                 help=f"a preset ({', '.join(presets())}) or a .py file defining get_config()")
+  p.add_argument("--data", metavar="SPEC", help="data spec; shorthand for --set data.spec=SPEC")
+  p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                 help="override a config field, e.g. --set train.batch_size=64 or "
+                      "--set model.encoder=DIR (repeatable)")
+
+
 def int_at_least(minimum: int):
   """An argparse ``type`` accepting integers ≥ ``minimum``, with a message that says so.
 

@@ -21,6 +21,7 @@ import json
 import logging
 import math
 
+from hyset_jax.commands import add_config_args
 from hyset_jax.errors import UserError
 
 OBJECTIVES = ("labels", "joint")
@@ -29,13 +30,7 @@ OBJECTIVES = ("labels", "joint")
 def add_parser(sub: argparse._SubParsersAction) -> None:
   p = sub.add_parser("finetune", help="fine-tune the query encoder (then hyset train over it)",
                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  from hyset_jax.config import presets  # light: no JAX
-  p.add_argument("--config", required=True, metavar="NAME|FILE.py",
-                 help=f"a preset ({', '.join(presets())}) or a .py file defining get_config()")
-  p.add_argument("--data", metavar="SPEC", help="data spec; shorthand for --set data.spec=SPEC")
-  p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                 help="override a config field (repeatable), e.g. --set model.encoder=DIR to "
-                      "start from another encoder")
+  add_config_args(p)
   p.add_argument("--out", required=True, metavar="DIR",
                  help="output directory: encoder/ (labels), model/ (joint), the metrics")
   p.add_argument("--objective", choices=OBJECTIVES, default="labels",

@@ -12,19 +12,14 @@ import logging
 import os
 import pathlib
 
+from hyset_jax.commands import add_config_args
 from hyset_jax.errors import UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
   p = sub.add_parser("train", help="train HYSET (resumes from --workdir)", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-  from hyset_jax.config import presets  # light: no JAX
-  p.add_argument("--config", required=True, metavar="NAME|FILE.py",
-                 help=f"a preset ({', '.join(presets())}) or a .py file defining get_config()")
-  p.add_argument("--data", metavar="SPEC", help="data spec; shorthand for --set data.spec=SPEC")
-  p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                 help="override a config field, e.g. --set train.batch_size=64 or "
-                      "--set mesh.tools=4 (repeatable)")
+  add_config_args(p)
   p.add_argument("--workdir", metavar="DIR",
                  help="where config.json, checkpoints/, best/, final/ and metrics.jsonl go; a "
                       "rerun on the same DIR resumes (required unless --dry-run)")
