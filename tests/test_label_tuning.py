@@ -187,3 +187,15 @@ def test_finetune_train_predict_from_the_command_line(tiny, tmp_path, monkeypatc
   assert cli.main(["predict", "--model", str(work / "best"), "--queries", str(queries),
                    "--out", "pred.jsonl"]) == 0
   assert json.loads((elsewhere / "pred.jsonl").read_text().splitlines()[0])["query_id"] == "a"
+
+
+def test_finetune_joint_objective_from_the_command_line(tiny, tmp_path):
+  """`--objective joint`: θ and the encoder together; OUT/model predicts with OUT/encoder."""
+  out = tmp_path / "joint"
+  assert cli.main(["finetune", "--config", "tiny", "--set", f"model.encoder={tiny.model_dir}",
+                   "--objective", "joint", "--out", str(out), "--steps", "2", "--batch-size",
+                   "16", "--n-layers", "1", "--no-progress"]) == 0
+  metrics = json.loads((out / "metrics.json").read_text())
+  assert metrics["steps"] == 2 and metrics["mode"] == "top_layers"
+  assert set(metrics["after"]) == {"validation", "test"}
+  assert modeldir.load_model_dir(out / "model").query_encoder == str((out / "encoder").resolve())
