@@ -105,5 +105,31 @@ def make_batch(step: int, params: HysetParams, queries: QuerySet, rows: Sequence
   reward = np.array([targets[r][1] for r in rows], np.float32)
   listed = (shortlists[list(rows)] if tc.exhaustive_loss_weight
             else np.zeros((len(rows), 0), np.int32))
-  return Batch(queries.embeddings[idx[list(rows)]], pools.members, pools.mask, pools.selected,
-               reward, listed)
+  query = queries.embeddings[idx[list(rows)]]
+  if tc.query_noise:
+    query = noisy_queries(query, tc.query_noise, seed=tc.seed, step=step, rows=rows,
+                          batch_size=len(idx))
+  return Batch(query, pools.members, pools.mask, pools.selected, reward, listed)
+
+
+def noisy_queries(query: np.ndarray, sigma: float, *, seed: int, step: int,
+                  rows: Sequence[int], batch_size: int) -> np.ndarray:
+  """``query`` plus Gaussian noise of expected norm σ·‖row‖, each row rescaled to its own norm.
+
+  Args:
+    query: f32[b, d] the rows ``rows`` of the global batch.
+    sigma: the noise's expected norm relative to the row's.
+    seed, step: draw the noise (a resumed run draws the same noise).
+    rows: the global batch rows ``query`` holds; batch_size: the global batch size. The noise
+      of a row does not depend on which process supplies it.
+
+  Returns:
+    f32[b, d], each row as long as the input's.
+  """
+  d = query.shape[1]
+  rng = np.random.default_rng([seed, step, 0x9E3779B9])
+  noise = rng.standard_normal((batch_size, d)).astype(np.float32)[list(rows)]
+  norm = np.linalg.norm(query, axis=1, keepdims=True)
+  out = query + (sigma / np.sqrt(d)) * norm * noise
+  return (out * (norm / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12))
+          ).astype(np.float32)

@@ -113,6 +113,10 @@ class TrainConfig:
   # every subset of the query's current shortlist — the competition of the Eq. 14 argmax.
   # Not in the paper; 0 = off.
   exhaustive_loss_weight: float = 0.0
+  # σ of Gaussian noise added to each training query embedding (then re-normalised), drawn
+  # per step from the seed: a regulariser for query vectors the encoder was tuned on (their
+  # training rows are more separable than unseen queries'). Not in the paper; 0 = off.
+  query_noise: float = 0.0
   interaction_l2: float = 1e-4        # λ
   log_every: int = 50
   eval_every: int = 250
@@ -178,9 +182,10 @@ def validate(config: Config) -> Config:
   if not t.set_losses_train_z and not t.tool_loss_weight:
     raise UserError("train.set_losses_train_z=false needs train.tool_loss_weight > 0 "
                     "(the per-tool loss is then the only one that trains Z)")
-  if min(t.eta, t.interaction_l2, t.tool_loss_weight, t.exhaustive_loss_weight) < 0:
-    raise UserError("train.eta, train.interaction_l2, train.tool_loss_weight and "
-                    "train.exhaustive_loss_weight must be ≥ 0")
+  if min(t.eta, t.interaction_l2, t.tool_loss_weight, t.exhaustive_loss_weight,
+         t.query_noise) < 0:
+    raise UserError("train.eta, train.interaction_l2, train.tool_loss_weight, "
+                    "train.exhaustive_loss_weight and train.query_noise must be ≥ 0")
   if not 0 < config.data.validation_fraction < 1:
     raise UserError(f"data.validation_fraction must be in (0, 1), got "
                     f"{config.data.validation_fraction}")

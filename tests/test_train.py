@@ -260,3 +260,24 @@ def test_ranking_is_chosen_on_validation_and_recorded(tmp_path):
                                    num_devices=1)
   assert fixed["ranking"] == "logit"
   assert modeldir.load_model_dir(tmp_path / "fixed" / "best").ranking == "logit"
+
+
+def test_query_noise_is_seeded_per_row_and_keeps_each_norm():
+  rng = np.random.default_rng(0)
+  q = rng.standard_normal((8, 16)).astype(np.float32) * np.arange(1, 9)[:, None]
+  full = batches.noisy_queries(q, 0.3, seed=1, step=5, rows=range(8), batch_size=8)
+  np.testing.assert_allclose(np.linalg.norm(full, axis=1), np.linalg.norm(q, axis=1), rtol=1e-5)
+  assert not np.allclose(full, q)
+  # A process supplying rows 4..7 draws those rows' noise, so the global batch is the same
+  # whatever the process count; another step draws other noise.
+  half = batches.noisy_queries(q[4:], 0.3, seed=1, step=5, rows=range(4, 8), batch_size=8)
+  np.testing.assert_array_equal(half, full[4:])
+  again = batches.noisy_queries(q, 0.3, seed=1, step=6, rows=range(8), batch_size=8)
+  assert not np.allclose(again, full)
+  # σ sets the angle: mean cosine to the clean row falls as σ grows.
+  cos = [np.mean(np.sum(batches.noisy_queries(q, s, seed=1, step=5, rows=range(8),
+                                              batch_size=8) * q, 1)
+                 / np.linalg.norm(q, axis=1) ** 2) for s in (0.1, 0.5, 1.0)]
+  assert 1 > cos[0] > cos[1] > cos[2] > 0
+  with pytest.raises(UserError, match="query_noise must be ≥ 0"):
+    config_lib.resolve("tiny", ["train.query_noise=-0.1"])
