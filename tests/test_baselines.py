@@ -236,3 +236,23 @@ def test_retrieval_quality_plot_only_draws_an_existing_result(tmp_path, capsys):
   assert "expected a retrieval_quality result" in capsys.readouterr().err
   assert retrieval_quality.main(["--tag", "z", "--plot-only", "--out", str(tmp_path)]) == 2
   assert "retrieval_z.json: missing" in capsys.readouterr().err
+
+
+def test_set_errors_labels_mistakes_and_checks_outputs_first(tmp_path, capsys):
+  from benchmarks import set_errors
+  seen = {frozenset({1, 2}), frozenset({3})}
+  assert set_errors.mistake(frozenset({1, 2}), frozenset({1, 3}), {1, 2, 3}, seen) == (
+      "right size, a training set, gold in the shortlist")
+  assert set_errors.mistake(frozenset({1, 2, 4}), frozenset({1, 2}), {1, 2}, seen) == (
+      "wrong size (a superset of the gold set), not a training set, gold in the shortlist")
+  assert set_errors.mistake(frozenset({3}), frozenset({1, 5}), {1, 3}, seen) == (
+      "wrong size, a training set, gold not in the shortlist")
+  # An existing result needs --force, checked before the model is read.
+  (tmp_path / "set_errors_t.md").write_text("mine")
+  argv = ["--model", str(tmp_path / "nope"), "--tag", "t", "--out", str(tmp_path)]
+  assert set_errors.main(argv) == 2
+  assert "--force" in capsys.readouterr().err
+  assert (tmp_path / "set_errors_t.md").read_text() == "mine"
+  assert set_errors.main(argv + ["--force"]) == 2
+  err = capsys.readouterr().err
+  assert "nope" in err and "Traceback" not in err
