@@ -113,8 +113,8 @@ class TrainConfig:
   # every subset of the query's current shortlist — the competition of the Eq. 14 argmax.
   # Not in the paper; 0 = off.
   exhaustive_loss_weight: float = 0.0
-  # σ of Gaussian noise added to each training query embedding (then re-normalised), drawn
-  # per step from the seed: a regulariser for query vectors the encoder was tuned on (their
+  # σ of Gaussian noise added to each training query embedding (each row rescaled to its own
+  # norm), drawn per step from the seed (batches.noisy_queries): a regulariser for query vectors the encoder was tuned on (their
   # training rows are more separable than unseen queries'). Not in the paper; 0 = off.
   query_noise: float = 0.0
   interaction_l2: float = 1e-4        # λ

@@ -101,6 +101,11 @@ def validate_tune(tune: EncoderTuneConfig, config: config_lib.Config) -> None:
   if config.train.eta > 0:
     raise UserError("train.eta > 0 (L_self with rewards) is not supported by encoder "
                     "fine-tuning; set train.eta=0")
+  if config.train.query_noise:
+    # The tuned encoder produces the query vectors here; noise on cached ones would be unused.
+    raise UserError("train.query_noise is a setting of hyset train over fixed query vectors, "
+                    "not of encoder fine-tuning; drop it here and pass it to the hyset train "
+                    "that follows")
 
 
 # --------------------------------------------------------------------------- the step

@@ -150,6 +150,14 @@ def test_bad_label_settings(change, message):
     label_tuning.validate(finetune.EncoderTuneConfig(**change), tiny_config())
 
 
+def test_query_noise_is_refused_by_both_tuning_objectives():
+  config = tiny_config()
+  config.train.query_noise = 0.6
+  for validate in (label_tuning.validate, finetune.validate_tune):
+    with pytest.raises(UserError, match="query_noise is a setting of hyset train"):
+      validate(finetune.EncoderTuneConfig(), config)
+
+
 def test_encoder_reference_is_loadable_from_anywhere(tiny, tmp_path, monkeypatch):
   assert encoder_reference(None) == encoder_reference("") == DEFAULT_MODEL_NAME
   monkeypatch.chdir(tiny.model_dir.parent)
