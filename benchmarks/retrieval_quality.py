@@ -17,7 +17,8 @@ best-by-validation model on the test split. Rows:
   no conditioned term, no per-tool loss, no exhaustive-shortlist loss, no F_set, identity M, one
   shared M, 1,500 training steps instead of the preset's, Z fixed at the encoder's embeddings
   (or trained, for a preset that fixes it) — also with 250 steps —, Z moved by the per-tool
-  loss only; and one addition, noise on the training query embeddings (``train.query_noise``);
+  loss only; and one addition, noise on the training query embeddings (``train.query_noise``),
+  also with 1,500 steps;
 - the first preset seed's model, and the first Z-fixed seed's, under every ranking (greedy,
   logit, set-first, set-mean);
 - trained baselines on the same frozen embeddings (hyset_jax.retrievers.trained, seeded like
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--ablation-seeds", type=int, nargs="+", default=[0])
   parser.add_argument("--ablations", nargs="*", metavar="TAG",
                       help="only these ablation rows (tags: notower nocond notool noenum noset "
-                           "identity shared ztrain zfixed zfixed250 zsep steps1500 noise; none given: no ablations; default: all)")
+                           "identity shared ztrain zfixed zfixed250 zsep steps1500 noise noise1500; none given: no ablations; default: all)")
   parser.add_argument("--runs", default="runs/results")
   parser.add_argument("--multi-tool", action="store_true",
                       help="also a table on the test queries with ≥ 2 gold tools")
@@ -295,7 +296,9 @@ def run(args: argparse.Namespace) -> int:
                # Added, not removed: σ chosen on ToolLens' validation split over the tuned
                # encoder (0.3 / 0.6 / 1.0; README).
                (f"preset + query noise σ = {QUERY_NOISE}", "noise",
-                [f"train.query_noise={QUERY_NOISE}"])]
+                [f"train.query_noise={QUERY_NOISE}"]),
+               (f"preset + query noise σ = {QUERY_NOISE}, 1,500 steps", "noise1500",
+                [f"train.query_noise={QUERY_NOISE}", "train.num_steps=1500"])]
   if not config.model.train_tool_embeddings:
     ablations.append(("preset, Z trained (paper)", "ztrain", ["model.train_tool_embeddings=true"]))
   else:  # Z fixed at the encoder's tool embeddings: F_set can only use what the text says
