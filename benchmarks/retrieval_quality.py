@@ -127,14 +127,11 @@ def trained_baselines(config, data, test, subsets: dict[str, list[int]], seeds: 
   threshold is chosen on the validation split (the one HYSET early-stops on).
   """
   from hyset_jax import metrics
-  from hyset_jax.data.specs import load_dataset
-  from hyset_jax.data.splits import with_validation
   from hyset_jax.encoder import load_encoder
   from hyset_jax.retrievers import fit_baseline
+  from hyset_jax.train_data import load_config_dataset
   c = config.data
-  dataset = load_dataset(c.spec, max_set_size=config.model.max_set_size)
-  if c.val_split not in dataset.splits:
-    dataset = with_validation(dataset, c.validation_fraction)
+  dataset = load_config_dataset(c, config.model.max_set_size)
   train, validation = dataset.split(c.train_split), dataset.split(c.val_split)
   encoder = load_encoder(config.model.encoder or None)
   gold = [[data.tool_ids[t] for t in g] for g in test.gold]

@@ -41,13 +41,12 @@ def mistake(pred: frozenset, gold: frozenset, shortlist: set, seen: set) -> str:
 
 def run(args: argparse.Namespace) -> int:
   from hyset_jax import config as config_lib, io_utils
-  from hyset_jax.data.specs import load_dataset
-  from hyset_jax.data.splits import with_validation
   from hyset_jax.encoder import load_encoder
   from hyset_jax.errors import UserError
   from hyset_jax.modeldir import load_model_dir
   from hyset_jax.retrievers import fit_baseline
   from hyset_jax.retrievers.hyset import HysetRetriever
+  from hyset_jax.train_data import load_config_dataset
   out_json, out_md = (io_utils.output_file(pathlib.Path(args.out) / f"set_errors_{args.tag}.{e}",
                                            args.force, inputs=[args.model])
                       for e in ("json", "md"))
@@ -56,9 +55,7 @@ def run(args: argparse.Namespace) -> int:
     raise UserError(f"{args.model}: the model directory names no query encoder")
   config = config_lib.resolve(args.config)
   c = config.data
-  dataset = load_dataset(c.spec, max_set_size=model.max_set_size)
-  if c.val_split not in dataset.splits:
-    dataset = with_validation(dataset, c.validation_fraction)
+  dataset = load_config_dataset(c, model.max_set_size)
   train, val, test = (dataset.split(s) for s in (c.train_split, c.val_split, c.test_split))
   encoder = load_encoder(model.query_encoder)
   texts = [q.text for q in test]

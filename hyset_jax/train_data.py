@@ -36,16 +36,23 @@ class TrainingData:
   splits: dict[str, QuerySet]
 
 
-def prepare_data(config: config_lib.Config) -> TrainingData:
-  """Read the data set, encode tools and queries with the frozen encoder (cached)."""
+def load_config_dataset(c: config_lib.DataConfig, max_set_size: int):
+  """The data set of ``c`` (gold sets up to ``max_set_size``), its validation split carved from
+  train when it has none: the splits training, the benchmarks and their baselines read."""
   from hyset_jax.data.specs import load_dataset
   from hyset_jax.data.splits import with_validation
+  dataset = load_dataset(c.spec, max_set_size=max_set_size)
+  if c.val_split not in dataset.splits:
+    dataset = with_validation(dataset, c.validation_fraction)
+  return dataset
+
+
+def prepare_data(config: config_lib.Config) -> TrainingData:
+  """Read the data set, encode tools and queries with the frozen encoder (cached)."""
   from hyset_jax.encoder import encode_cached, encoder_reference, load_encoder
 
   c = config.data
-  dataset = load_dataset(c.spec, max_set_size=config.model.max_set_size)
-  if c.val_split not in dataset.splits:
-    dataset = with_validation(dataset, c.validation_fraction)
+  dataset = load_config_dataset(c, config.model.max_set_size)
   if len(dataset.tools) < config.model.k_pool:
     raise UserError(f"{c.spec}: the tool library has {len(dataset.tools)} tools, fewer than "
                     f"model.k_pool = {config.model.k_pool}; lower model.k_pool and model.k1")
