@@ -1,12 +1,12 @@
 """Native CPU kernels of inference, called from JAX programs through the XLA FFI.
 
-- ``subsets.cc`` (stage 2, Eq. 14): every subset of a K-tool shortlist scored with the colex
-  level recurrence of :mod:`hyset_jax.enumeration`, a group of 16 queries at a time with
-  queries on the vector lanes, over XLA's intra-op thread pool; the best set per query
-  (:func:`best_rows`) or every score (:func:`subset_scores`), with the same numbers (to float
-  rounding) and the same ties as the colex and gather forms. Why: XLA:CPU cannot express the
-  fast form of the recurrence (each level stays in cache, no level written and gathered
-  back), measured in docs/speed.md.
+- ``subsets.cc`` (stage 2, Eq. 14): every subset of a K-tool shortlist scored by a depth-first
+  walk over the subsets, a group of 16 queries at a time with queries on the vector lanes, over
+  XLA's intra-op thread pool; the best set per query (:func:`best_rows`) or every score
+  (:func:`subset_scores`), with the scores of :mod:`hyset_jax.enumeration`'s forms to float
+  rounding and the same ties (and the best set's score bit for bit its entry among every
+  score). Why: XLA:CPU cannot express the fast form (the walk's state stays in L1; XLA writes
+  each level of subsets to memory and gathers it back), measured in docs/speed.md.
 - ``expansion.cc`` (Eq. 13): :func:`hyset_jax.neighbors.expand` from the neighbour table, one
   query at a time (:func:`expand`): the same picks and boundary ties, without XLA's few dozen
   small reductions per batch.
@@ -171,18 +171,21 @@ def require() -> None:
     raise UserError(f"{why}; choose another --method (gather runs everywhere)")
 
 
-# Working memory one thread of the stage-2 kernel may take (two levels of state for 16
-# queries, and with every score the group's [n][16] scores): 15 MB at K = 20, M = 5.
+# Working memory one thread of the stage-2 kernel may take (its tables and the walk's state for
+# 16 queries, 0.2 MB at K = 20, M = 5, and with every score the group's [n][16] scores, 1.4 MB).
 SCRATCH_LIMIT_BYTES = 1 << 30
 MAX_POOL = 62  # kMaxPool in subsets.cc (its binomial table); the other kernels take up to 64
 
 
 def scratch_bytes(k: int, max_size: int, all_scores: bool) -> int:
-  """Bytes of per-thread working memory the stage-2 kernel needs for (K, M)."""
-  level = max((math.comb(k, j) * LANES * (2 + 2 * (max_size - j)) for j in range(1, max_size)),
-              default=0)
+  """Bytes of per-thread working memory the stage-2 kernel needs for (K, M) (Scratch in
+  subsets.cc)."""
+  pairs = k * (k - 1) // 2
+  floats = LANES * (k + 2 * pairs + 2 * (max_size - 1) * pairs
+                    + max_size * (max_size + 1) * (1 + k))
+  ints = LANES * k
   n = sum(math.comb(k, m) for m in range(1, max_size + 1))
-  return 4 * (2 * level + (n * LANES if all_scores else 0))
+  return 4 * (floats + ints + (n * LANES if all_scores else 0))
 
 
 def _check(logits: jax.Array, pairs: jax.Array, all_scores: bool = False) -> tuple[int, int]:
@@ -198,6 +201,10 @@ def _check_fits(k: int, max_size: int, all_scores: bool = False) -> None:
   if k > MAX_POOL:
     raise UserError(f"K_pool = {k} is beyond the native kernel (K ≤ {MAX_POOL}); use --method "
                     "gather")
+  n = sum(math.comb(k, m) for m in range(1, max_size + 1))
+  if n >= 2 ** 31:
+    raise UserError(f"K_pool = {k}, M = {max_size} is beyond the native kernel: {n} subsets, "
+                    "over its int32 rows; use --method gather")
   if not fits(k, max_size, all_scores):
     raise UserError(f"K_pool = {k}, M = {max_size} is beyond the native kernel: it needs "
                     f"{scratch_bytes(k, max_size, all_scores) >> 20} MiB of working memory per "
@@ -214,7 +221,9 @@ def _ffi(name: str, result):
 def fits(k: int, max_size: int, all_scores: bool = False) -> bool:
   """Whether the kernels take a shortlist of K tools and sets of up to M (``auto`` runs the
   gather form otherwise)."""
-  return k <= MAX_POOL and scratch_bytes(k, max_size, all_scores) <= SCRATCH_LIMIT_BYTES
+  n = sum(math.comb(k, m) for m in range(1, max_size + 1))
+  return (k <= MAX_POOL and n < 2 ** 31   # rows are int32
+          and scratch_bytes(k, max_size, all_scores) <= SCRATCH_LIMIT_BYTES)
 
 
 def best_rows(logits: jax.Array, pairs: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -1,21 +1,21 @@
 // Stage 2 of HYSET (paper Eq. 14) on the CPU as XLA FFI custom calls: every subset of size
-// 1..M of a K-tool shortlist scored by the colex level recurrence, and either the best subset
-// per query or every score. Loaded by hyset_jax/native/__init__.py, which compiles this file
-// once per machine (see docs/speed.md, "The native CPU kernels").
+// 1..M of a K-tool shortlist scored by a depth-first walk over the subsets (DepthFirst), and
+// either the best subset per query or every score. Loaded by hyset_jax/native/__init__.py,
+// which compiles this file once per machine (see docs/speed.md, "The native CPU kernels").
 //
-// Why a kernel of our own: XLA:CPU runs the same recurrence as a chain of fusions that write
-// each level to memory and gather it back, on one core; here a group of kLanes queries is
-// scored together with queries on the vector lanes, every level is a run of contiguous loads
-// and stores that stays in cache, and groups are spread over XLA's intra-op thread pool.
+// Why a kernel of our own: XLA:CPU runs the enumeration as a chain of fusions that write each
+// level of subsets to memory and gather it back, on one core; here a group of kLanes queries
+// is scored together with queries on the vector lanes, the walk's whole state stays in L1, and
+// groups are spread over XLA's intra-op thread pool.
 //
-// Numbers and ties are those of hyset_jax.enumeration's colex form: the shortlist is reordered
-// by ascending ℓ (a stable sort; `order` reports it), a subset's softmax sums are kept relative
-// to its largest logit c (every weight exp(ℓ_i − ℓ_c) ≤ 1), and
-//   S0(E) = 1 + e_bc·S0(p),  S1(E) = ℓ_c + e_bc·S1(p)       (E = p ∪ {c}, b = max p)
-//   D_m(E) = D_m(p \ {b} ∪ {c}) + G_m[b, c],  P_m(E) = P_m(p) + D_m(E)
-//   F(E) = P_|E|(E) + S1(E) / S0(E).
-// Rows follow enumeration.SubsetTable: sizes ascending, colex within a size, so the best set
-// is the first maximum in table order (a NaN score wins, as in jnp.argmax).
+// Numbers and ties: the shortlist is reordered by ascending ℓ (a stable sort; `order` reports
+// it), a subset's softmax sums are kept relative to its largest logit t (every weight
+// exp(ℓ_i − ℓ_t) ≤ 1), F(E) = P_|E|(E) + S1(E) / S0(E); the scores equal those of
+// hyset_jax.enumeration's forms to float rounding, and the best-set and every-score outputs
+// compute each score with the same operations, so the best set's score is bit for bit its
+// entry in every score. Rows follow enumeration.SubsetTable: sizes ascending, colex within a
+// size, so the best set is the first maximum in table order (a NaN score wins, as in
+// jnp.argmax).
 
 #include <algorithm>
 #include <cmath>
@@ -27,6 +27,9 @@
 #include <vector>
 
 #include "parallel.h"
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 #include "xla/ffi/api/ffi.h"
 
 namespace ffi = xla::ffi;
@@ -62,33 +65,30 @@ struct Problem {
   int64_t offsets[kMaxPool + 2];  // first table row of each size
 };
 
-// A level's state: S0, S1, then P_m and D_m for every m > k (each [C(K, k)][L]).
-inline int64_t LevelFloats(const Problem& p, int k) {
-  return Binom()(p.k, k) * kLanes * (2 + 2 * (p.sizes - k));
-}
 
 // Per-thread working memory. Kept by each thread between calls (ForThread): allocating and
 // zeroing its megabytes on every call cost ~1 ms, more than scoring one group (measured).
 struct Scratch {
-  std::vector<float> ell, expo, g;          // [K][L], [K][K][L], [M−1][K(K−1)/2][L]
+  std::vector<float> ell;                   // [K][L]
+  std::vector<float> expo, expo_ell;        // [K(K−1)/2][L] each, by Pair
+  std::vector<float> g;                     // [M−1][K(K−1)/2][L], by Pair
   std::vector<int32_t> order;               // [L][K]
   std::vector<float> lane_pairs;            // [L][M−1][K(K−1)/2]
-  std::vector<float> prev, cur;             // two levels' state, see LevelView
+  std::vector<float> node_pairs, node_rows; // depth-first state: [M][M+1][L], [M][M+1][K][L]
   std::vector<float> scores;                // [n][L] (every-score output only)
 
   // This thread's scratch, grown to fit p (never shrunk: a server sees the same shapes).
   static Scratch& ForThread(const Problem& p, bool all_scores) {
     static thread_local Scratch s;
     const int64_t K = p.k, M = p.sizes, T = K * (K - 1) / 2;
-    int64_t most = 0;
-    for (int k = 1; k < M; ++k) most = std::max(most, LevelFloats(p, k));
     Grow(s.ell, K * kLanes);
-    Grow(s.expo, K * K * kLanes);
+    Grow(s.expo, T * kLanes);
+    Grow(s.expo_ell, T * kLanes);
     Grow(s.g, (M - 1) * T * kLanes);
     Grow(s.order, kLanes * K);
     Grow(s.lane_pairs, kLanes * (M - 1) * T);
-    Grow(s.prev, most);
-    Grow(s.cur, most);
+    Grow(s.node_pairs, M * (M + 1) * kLanes);
+    Grow(s.node_rows, M * (M + 1) * K * kLanes);
     if (all_scores) Grow(s.scores, p.n * kLanes);
     return s;
   }
@@ -100,22 +100,6 @@ struct Scratch {
   }
 };
 
-struct LevelView {
-  float *s0, *s1;
-  float* pm[kMaxPool + 2];  // indexed by m
-  float* dm[kMaxPool + 2];
-  LevelView(float* base, const Problem& p, int k) {
-    int64_t rows = Binom()(p.k, k) * kLanes;
-    s0 = base;
-    s1 = base + rows;
-    float* next = base + 2 * rows;
-    for (int m = k + 1; m <= p.sizes; ++m) {
-      pm[m] = next;
-      dm[m] = next + rows;
-      next += 2 * rows;
-    }
-  }
-};
 
 // One value per lane: GCC/Clang vector types, so every operation below is one vector
 // instruction on AVX-512 (two on AVX2, four on SSE or NEON) whatever the auto-vectoriser does.
@@ -129,6 +113,31 @@ inline VF Load(const float* p) {
 }
 inline void Store(float* p, VF v) { std::memcpy(p, &v, sizeof(v)); }
 inline VF Splat(float x) { return VF{} + x; }
+
+// Whether any lane of a mask is set.
+inline bool Any(VI m) {
+#if defined(__AVX512F__)
+  __m512i x;
+  std::memcpy(&x, &m, sizeof(x));
+  return _mm512_test_epi32_mask(x, x) != 0;
+#else
+  int32_t acc = 0;
+  for (int l = 0; l < kLanes; ++l) acc |= m[l];
+  return acc != 0;
+#endif
+}
+
+// Whether a > b on any lane (one compare into a mask register on AVX-512).
+inline bool AnyGreater(VF a, VF b) {
+#if defined(__AVX512F__)
+  __m512 x, y;
+  std::memcpy(&x, &a, sizeof(x));
+  std::memcpy(&y, &b, sizeof(y));
+  return _mm512_cmp_ps_mask(x, y, _CMP_GT_OQ) != 0;
+#else
+  return Any(a > b);
+#endif
+}
 
 // exp(x) for x ≤ 0 on every lane: Cephes' single-precision polynomial (≤ 2 ulp), in vector
 // operations (libm's expf and floorf would be scalar calls); 0 below the float range.
@@ -152,14 +161,6 @@ inline VF ExpNonPositive(VF x) {
   return x < lo ? Splat(0.0f) : y * scale;
 }
 
-// Visit orders. kTableOrder visits subsets in table order (level by level, colex within a
-// level), so a strict > keeps the first maximum: what the best-set output uses. kBlocked
-// visits level k by the parents' largest element b, then the new element c, kTile parents at a
-// time, so a tile of parents stays in L1 while every c reads it: rows arrive out of order,
-// which only the every-score output can afford (measured: 34k -> 44k queries/s on one core at
-// K = 20, M = 5; no gain for the best set, which is not bound by these reads).
-enum class Order { kTableOrder, kBlocked };
-constexpr int64_t kTile = 64;
 
 // Transposes a kLanes × kLanes block held as kLanes vectors: log2(kLanes) stages, each
 // swapping the off-diagonal w × w sub-blocks of every 2w × 2w block (w = kLanes/2, ..., 1).
@@ -193,81 +194,22 @@ template <bool kNanAware>
 struct Best {
   VF score = Splat(-std::numeric_limits<float>::infinity());
   VI row = VI{};
-  inline void Update(VF f, int32_t r) {
+  inline void Update(VF f, VI r) {
     VI take = f > score;
     if (kNanAware) take |= (f != f) & (score == score);
     score = take ? f : score;
-    row = take ? (VI{} + r) : row;
+    row = take ? r : row;
   }
 };
 
-// Level k of the recurrence for the parents of largest element b and the new element c (see
-// the file comment): parent rows [lo, hi) of level k − 1 → rows out0 + [lo, hi) of level k.
-// kFirst: k = 2 (parents are single tools: no pair sums yet); kLast: k = M (no state kept);
-// kBest: track the best set; kScores: write every score to scores ([n][L]).
-template <bool kFirst, bool kLast, bool kBest, bool kScores, class BestT>
-inline void LevelRun(const Problem& p, int k, int64_t lo, int64_t hi, int64_t sib, int64_t out0,
-                     int64_t row0, VF e, VF lc, const VF* gbc, const LevelView& pv,
-                     const LevelView& cv, BestT& best, float* scores) {
-  // Everything the loop reads is copied into locals first: stores through float* could alias
-  // any of them, and the compiler would reload (or spill) them on every iteration.
-  const int64_t M = p.sizes;
-  const VF one = Splat(1.0f);
-  const float* __restrict ps0 = pv.s0;
-  const float* __restrict ps1 = pv.s1;
-  const float* __restrict ppk = kFirst ? nullptr : pv.pm[k];
-  const float* __restrict pdk = kFirst ? nullptr : pv.dm[k];
-  float* __restrict cs0 = kLast ? nullptr : cv.s0;
-  float* __restrict cs1 = kLast ? nullptr : cv.s1;
-  const VF gk = gbc[k];
-  auto score = [&](int64_t i, BestT& acc) {
-    const int64_t r = out0 + i;
-    const VF s0 = one + e * Load(ps0 + i * kLanes);
-    const VF s1 = lc + e * Load(ps1 + i * kLanes);
-    const VF pk = kFirst ? gk : Load(ppk + i * kLanes) + (Load(pdk + (i + sib) * kLanes) + gk);
-    const VF f = pk + s1 / s0;
-    if (kBest) acc.Update(f, static_cast<int32_t>(row0 + r));
-    if (kScores) Store(scores + (row0 + r) * kLanes, f);
-    if (!kLast) {
-      Store(cs0 + r * kLanes, s0);
-      Store(cs1 + r * kLanes, s1);
-    }
-  };
-  // One accumulator, in a local: four interleaved ones (so that consecutive compare-and-selects
-  // do not wait on each other) measured the same on this CPU.
-  BestT b = best;
-  for (int64_t i = lo; i < hi; ++i) score(i, b);
-  if (kBest) best = b;
-  if (kLast) return;
-  // The pair sums of every larger size m, one contiguous pass each.
-  for (int64_t m = k + 1; m <= M; ++m) {
-    const VF gm = gbc[m];
-    float* __restrict cp = cv.pm[m];
-    float* __restrict cd = cv.dm[m];
-    if (kFirst) {
-      for (int64_t i = lo; i < hi; ++i) {
-        Store(cp + (out0 + i) * kLanes, gm);
-        Store(cd + (out0 + i) * kLanes, gm);
-      }
-    } else {
-      const float* __restrict pp = pv.pm[m];
-      const float* __restrict pd = pv.dm[m];
-      for (int64_t i = lo; i < hi; ++i) {
-        const VF d = Load(pd + (i + sib) * kLanes) + gm;
-        Store(cd + (out0 + i) * kLanes, d);
-        Store(cp + (out0 + i) * kLanes, Load(pp + i * kLanes) + d);
-      }
-    }
-  }
-}
+// Index of the pair (a, c), a < c, among the K(K−1)/2 pairs ordered by c, then a: the pairs
+// of a given larger element c are contiguous, which the depth-first walk reads.
+inline int64_t Pair(int64_t a, int64_t c) { return c * (c - 1) / 2 + a; }
 
-// Index of the pair (a, c), a < c, among the K(K−1)/2 pairs in row-major order.
-inline int64_t Pair(int64_t K, int64_t a, int64_t c) { return a * (2 * K - a - 1) / 2 + c - a - 1; }
-
-// Builds the group's lane-interleaved tables in ascending-ℓ order: ell [K][L], expo [K][K][L]
-// (a < c: exp(ℓ_a − ℓ_c)) and g [M−1][K(K−1)/2][L] (G_m[a, c] of the pair a < c, Pair); lanes past nq repeat query
-// q0. Returns whether every input read is finite and below 1e30 in magnitude (then no score
-// is NaN).
+// Builds the group's lane-interleaved tables in ascending-ℓ order: ell [K][L]; by Pair (a < c),
+// expo = exp(ℓ_a − ℓ_c), expo_ell = expo·ℓ_a and g [M−1][K(K−1)/2][L] = G_m[a, c]; lanes past nq
+// repeat query q0. Returns whether every input read is finite and below 1e30 in magnitude
+// (then no score is NaN).
 bool BuildTables(const Problem& p, int64_t q0, int64_t nq, Scratch& s) {
   const int64_t K = p.k, M = p.sizes, KK = K * K, T = K * (K - 1) / 2;
   float* ell = s.ell.data();
@@ -291,92 +233,206 @@ bool BuildTables(const Problem& p, int64_t q0, int64_t nq, Scratch& s) {
     for (int64_t j = 0; j < K; ++j) ell[j * kLanes + l] = lg[ord[j]];
     for (int64_t j = 0; j < K; ++j) bad |= !(std::fabs(lg[j]) < 1e30f);
     // This query's G_m (6.4 KB at K = 20, M = 5, read into L1 once) permuted to the sorted
-    // positions, upper triangle only, written contiguously.
+    // positions, upper triangle only, written contiguously in Pair order.
     const float* pq = p.pairs + (q0 + lane) * (M - 1) * KK;
     float* t = lanes + l * (M - 1) * T;
     for (int64_t m = 0; m < M - 1; ++m)
-      for (int64_t a = 0; a < K; ++a) {
-        const float* row = pq + (m * K + ord[a]) * K;
-        for (int64_t c = a + 1; c < K; ++c) *t++ = row[ord[c]];
+      for (int64_t c = 1; c < K; ++c) {
+        const float* col = pq + m * KK + ord[c];
+        for (int64_t a = 0; a < c; ++a) *t++ = col[ord[a] * K];
       }
   }
-  // Interleave the lanes: g[m][pair][l] (pairs a < c in row-major order, TriangleIndex).
+  // Interleave the lanes: g[m][pair][l].
   for (int64_t i = 0; i < (M - 1) * T; ++i)
     for (int l = 0; l < kLanes; ++l) g[i * kLanes + l] = lanes[l * (M - 1) * T + i];
   // Only the entries read count (G_m's diagonal and lower triangle never do).
   for (int64_t i = 0; i < (M - 1) * T * kLanes; ++i) bad |= !(std::fabs(g[i]) < 1e30f);
-  for (int64_t a = 0; a < K; ++a)
-    for (int64_t c = a + 1; c < K; ++c) {
-      const VF d = Load(ell + a * kLanes) - Load(ell + c * kLanes);
-      Store(s.expo.data() + (a * K + c) * kLanes, ExpNonPositive(d < 0.0f ? d : Splat(0.0f)));
+  for (int64_t c = 1; c < K; ++c)
+    for (int64_t a = 0; a < c; ++a) {
+      const VF la = Load(ell + a * kLanes);
+      const VF d = la - Load(ell + c * kLanes);
+      const VF e = ExpNonPositive(d < 0.0f ? d : Splat(0.0f));
+      Store(s.expo.data() + Pair(a, c) * kLanes, e);
+      Store(s.expo_ell.data() + Pair(a, c) * kLanes, e * la);
     }
   return !bad;
 }
 
-// Every subset of the group's shortlists (tables from BuildTables), level by level: the best
-// score and row per lane (kBest) and every score into s.scores, [n][L] (kScores).
-template <Order kOrder, bool kBest, bool kNanAware, bool kScores>
-Best<kNanAware> Enumerate(const Problem& p, Scratch& s) {
-  const int64_t K = p.k, M = p.sizes, T = K * (K - 1) / 2;
-  const Binomials& C = Binom();
-  const float* ell = s.ell.data();
-  const float* expo = s.expo.data();
-  const float* g = s.g.data();
-  float* scores = kScores ? s.scores.data() : nullptr;
-  float* prev = s.prev.data();
-  float* cur = s.cur.data();
-  Best<kNanAware> best;
-  // Size 1: F = ℓ. The level-1 state is S0 = 1, S1 = ℓ (no pairs yet).
-  {
-    LevelView lv(prev, p, 1);
-    for (int64_t j = 0; j < K; ++j) {
-      const VF lj = Load(ell + j * kLanes);
-      Store(lv.s0 + j * kLanes, Splat(1.0f));
-      Store(lv.s1 + j * kLanes, lj);
-      if (kBest) best.Update(lj, static_cast<int32_t>(j));
-      if (kScores) Store(scores + j * kLanes, lj);
-    }
-  }
-  VF gbc[kMaxPool + 2];
-  for (int k = 2; k <= M; ++k) {
-    const bool last = k == M;
-    const LevelView pv(prev, p, k - 1);
-    const LevelView cv(last ? prev : cur, p, k);
-    const int64_t row0 = p.offsets[k - 1];
-    // One (b, c) block: parents with largest element b, rows [C(b, k−1), C(b+1, k−1)) of level
-    // k − 1, each joined with c. The sibling p \ {b} ∪ {c} of parent row i is row
-    // i − C(b, k−1) + C(c, k−1); the new subset's row in level k is C(c, k) + i.
-    auto block = [&](int64_t b, int64_t c, int64_t lo, int64_t hi) {
-      const int64_t sib = C(c, k - 1) - C(b, k - 1), out0 = C(c, k);
-      const VF e = Load(expo + (b * K + c) * kLanes);
-      const VF lc = Load(ell + c * kLanes);
-      for (int64_t m = k; m <= M; ++m) gbc[m] = Load(g + ((m - 2) * T + Pair(K, b, c)) * kLanes);
-      if (k == 2 && last)
-        LevelRun<true, true, kBest, kScores>(p, k, lo, hi, sib, out0, row0, e, lc, gbc, pv, cv,
-                                             best, scores);
-      else if (k == 2)
-        LevelRun<true, false, kBest, kScores>(p, k, lo, hi, sib, out0, row0, e, lc, gbc, pv, cv,
-                                              best, scores);
-      else if (last)
-        LevelRun<false, true, kBest, kScores>(p, k, lo, hi, sib, out0, row0, e, lc, gbc, pv, cv,
-                                              best, scores);
-      else
-        LevelRun<false, false, kBest, kScores>(p, k, lo, hi, sib, out0, row0, e, lc, gbc, pv,
-                                               cv, best, scores);
-    };
-    if (kOrder == Order::kTableOrder) {
-      for (int64_t c = k - 1; c < K; ++c)
-        for (int64_t b = k - 2; b < c; ++b) block(b, c, C(b, k - 1), C(b + 1, k - 1));
-    } else {
-      // kTile parent rows at a time, so the tile stays in L1 while every c reads it.
-      for (int64_t b = k - 2; b < K - 1; ++b)
-        for (int64_t lo = C(b, k - 1), end = C(b + 1, k - 1); lo < end; lo += kTile)
-          for (int64_t c = b + 1; c < K; ++c) block(b, c, lo, std::min(lo + kTile, end));
-    }
-    if (!last) std::swap(prev, cur);
-  }
-  return best;
+inline VF Max(VF a, VF b) {
+#if defined(__AVX512F__)
+  static_assert(kLanes == 16);
+  __m512 x, y;
+  std::memcpy(&x, &a, sizeof(x));
+  std::memcpy(&y, &b, sizeof(y));
+  x = _mm512_max_ps(x, y);
+  std::memcpy(&a, &x, sizeof(a));
+  return a;
+#else
+  return b > a ? b : a;
+#endif
 }
+
+// Scores the leaves s0 + w[i], s1 + wl[i], pm + (r[i] + gm[i]), i < n (see DepthFirst),
+// rows row0 + i, into best. Without NaNs, the loop keeps only a running max (one instruction per
+// leaf instead of a compare and two selects: the loop is bound by its vector instructions) and,
+// in the rare runs that raise a lane's best, scores the run again to find the first row that
+// reaches it, so the result is that of the compare-and-select.
+template <bool kNanAware>
+inline void LeafRun(int64_t n, VF s0, VF s1, VF pm, const float* __restrict r,
+                    const float* __restrict gm, const float* __restrict w,
+                    const float* __restrict wl, int32_t row0, Best<kNanAware>& best) {
+  auto leaf = [&](int64_t i) {
+    const VF c0 = s0 + Load(w + i * kLanes);
+    const VF c1 = s1 + Load(wl + i * kLanes);
+    return (pm + (Load(r + i * kLanes) + Load(gm + i * kLanes))) + c1 / c0;
+  };
+  if (kNanAware) {
+    Best<kNanAware> b = best;
+    VI row = VI{} + row0;
+    for (int64_t i = 0; i < n; ++i, row += 1) b.Update(leaf(i), row);
+    best = b;
+    return;
+  }
+  VF most = best.score;
+  for (int64_t i = 0; i < n; ++i) most = Max(most, leaf(i));
+  if (!AnyGreater(most, best.score)) return;
+  VI open = most > best.score;  // lanes whose best this run raises, until their row is found
+  VF score = best.score;
+  VI row = best.row;
+  for (int64_t i = 0; i < n && Any(open); ++i) {
+    const VF f = leaf(i);
+    const VI take = open & (f == most);
+    score = take ? f : score;
+    row = take ? (VI{} + static_cast<int32_t>(row0 + i)) : row;
+    open &= ~take;
+  }
+  best.score = score;
+  best.row = row;
+}
+
+// Every subset scored by a depth-first walk, which keeps its whole state in L1 (a level-by-level
+// recurrence streams megabytes of level state through the caches: at K = 20, M = 5 level 4
+// alone is 1.2 MB per group of queries). Subsets are grown downwards: a node E (its largest
+// element t first, then smaller ones) has children E ∪ {a} for every a < min E, visited with a
+// ascending, so each size's subsets arrive in colex order, i.e. in table order. kScores writes
+// every score to its row; otherwise one running best per size with a strict > keeps each
+// size's first maximum, and merging the sizes in ascending order keeps the first maximum of the
+// table. With ℓ sorted ascending, t has the
+// largest logit of every subset below it, and the softmax sums are relative to it:
+//   S0(E ∪ {a}) = S0(E) + exp(ℓ_a − ℓ_t),   S1(E ∪ {a}) = S1(E) + exp(ℓ_a − ℓ_t)·ℓ_a
+//   P_m(E ∪ {a}) = P_m(E) + R_m(E, a),      R_m(E ∪ {a}, a') = R_m(E, a') + G_m[a', a]
+// where R_m(E, a) = Σ_{x∈E} G_m[a, x] is kept for every a < min E and every m > |E|. The last
+// two sizes are one fused loop that scores each leaf from its grandparent's R_M row.
+template <bool kNanAware, bool kScores>
+class DepthFirst {
+ public:
+  DepthFirst(const Problem& p, Scratch& s)
+      : p_(p), K_(p.k), M_(p.sizes), T_(p.k * (p.k - 1) / 2), ell_(s.ell.data()),
+        expo_(s.expo.data()), expo_ell_(s.expo_ell.data()), g_(s.g.data()),
+        node_pairs_(s.node_pairs.data()), node_rows_(s.node_rows.data()),
+        scores_(kScores ? s.scores.data() : nullptr) {}
+
+  Best<kNanAware> Run() {
+    for (int64_t t = 0; t < K_; ++t) {
+      // Size 1: F = ℓ_t; P_m({t}) = 0 and R_m({t}, a) = G_m[a, t], read from g in place.
+      const VF lt = Load(ell_ + t * kLanes);
+      Emit(1, lt, static_cast<int32_t>(t));
+      count_[1] = t + 1;
+      if (t == 0) continue;
+      wt_ = expo_ + Pair(0, t) * kLanes;
+      wlt_ = expo_ell_ + Pair(0, t) * kLanes;
+      for (int64_t m = 2; m <= M_; ++m) {
+        Store(Sums(1, m), Splat(0.0f));
+        rows_[1][m] = g_ + ((m - 2) * T_ + Pair(0, t)) * kLanes;
+      }
+      Visit(1, t, Splat(1.0f), lt);
+    }
+    Best<kNanAware> best = best_[1];
+    for (int64_t k = 2; k <= M_; ++k) best.Update(best_[k].score, best_[k].row);
+    return best;
+  }
+
+ private:
+  float* Sums(int64_t k, int64_t m) { return node_pairs_ + (k * (M_ + 1) + m) * kLanes; }
+  float* Rows(int64_t k, int64_t m) { return node_rows_ + (k * (M_ + 1) + m) * K_ * kLanes; }
+  int32_t Row(int64_t size) { return static_cast<int32_t>(p_.offsets[size - 1] + count_[size]); }
+  // The score f of a set of size k at table row `row`.
+  void Emit(int64_t k, VF f, int32_t row) {
+    if constexpr (kScores) Store(scores_ + static_cast<int64_t>(row) * kLanes, f);
+    else best_[k].Update(f, VI{} + row);
+  }
+
+  // The children of the node of size k whose smallest element is `low` (its sums S0, S1; its
+  // P_m in Sums(k, m) and R_m rows in rows_[k][m], m > k).
+  void Visit(int64_t k, int64_t low, VF s0, VF s1) {
+    if (k + 2 == M_) return LastTwo(k, low, s0, s1);
+    for (int64_t a = 0; a < low; ++a) {
+      const VF c0 = s0 + Load(wt_ + a * kLanes);
+      const VF c1 = s1 + Load(wlt_ + a * kLanes);
+      const VF pc = Load(Sums(k, k + 1)) + Load(rows_[k][k + 1] + a * kLanes);
+      Emit(k + 1, pc + c1 / c0, Row(k + 1));
+      ++count_[k + 1];
+      if (k + 1 == M_ || a == 0) continue;
+      const float* gm = g_ + Pair(0, a) * kLanes;  // G_m[·, a] of size m at gm + (m − 2)·T·L
+      for (int64_t m = k + 2; m <= M_; ++m) {
+        Store(Sums(k + 1, m), Load(Sums(k, m)) + Load(rows_[k][m] + a * kLanes));
+        const float* __restrict r = rows_[k][m];
+        const float* __restrict gma = gm + (m - 2) * T_ * kLanes;
+        float* __restrict out = Rows(k + 1, m);
+        for (int64_t i = 0; i < a; ++i)
+          Store(out + i * kLanes, Load(r + i * kLanes) + Load(gma + i * kLanes));
+        rows_[k + 1][m] = out;
+      }
+      Visit(k + 1, a, c0, c1);
+    }
+  }
+
+  // Visit for k = M − 2: the children E ∪ {a} (size M − 1, rows consecutive) and each one's
+  // children E ∪ {a, a'}, a' < a (size M, LeafRun), with the state in locals: this is where
+  // nearly all the subsets are.
+  void LastTwo(int64_t k, int64_t low, VF s0, VF s1) {
+    const float* __restrict w = wt_;
+    const float* __restrict wl = wlt_;
+    const float* __restrict r1 = rows_[k][M_ - 1];
+    const float* __restrict rm = rows_[k][M_];
+    const float* gm = g_ + (M_ - 2) * T_ * kLanes;
+    const VF p1 = Load(Sums(k, M_ - 1)), pm = Load(Sums(k, M_));
+    Best<kNanAware> b1 = best_[M_ - 1], bm = best_[M_];
+    const int32_t row1 = Row(M_ - 1);
+    int32_t rowm = Row(M_);
+    for (int64_t a = 0; a < low; ++a) {
+      const VF c0 = s0 + Load(w + a * kLanes);
+      const VF c1 = s1 + Load(wl + a * kLanes);
+      const VF f1 = (p1 + Load(r1 + a * kLanes)) + c1 / c0;
+      const VF pa = pm + Load(rm + a * kLanes);
+      const float* __restrict ga = gm + Pair(0, a) * kLanes;
+      if constexpr (kScores) {
+        float* __restrict out = scores_ + static_cast<int64_t>(rowm) * kLanes;
+        Store(scores_ + (row1 + a) * kLanes, f1);
+        for (int64_t i = 0; i < a; ++i)
+          Store(out + i * kLanes, (pa + (Load(rm + i * kLanes) + Load(ga + i * kLanes))) +
+                                      (c1 + Load(wl + i * kLanes)) / (c0 + Load(w + i * kLanes)));
+      } else {
+        b1.Update(f1, VI{} + static_cast<int32_t>(row1 + a));
+        LeafRun<kNanAware>(a, c0, c1, pa, rm, ga, w, wl, rowm, bm);
+      }
+      rowm += static_cast<int32_t>(a);
+    }
+    best_[M_ - 1] = b1;
+    best_[M_] = bm;
+    count_[M_ - 1] += low;
+    count_[M_] += low * (low - 1) / 2;
+  }
+
+  const Problem& p_;
+  const int64_t K_, M_, T_;
+  const float *ell_, *expo_, *expo_ell_, *g_;
+  float *node_pairs_, *node_rows_, *scores_;
+  const float *wt_ = nullptr, *wlt_ = nullptr;  // exp(ℓ_a − ℓ_t) and its ·ℓ_a, a < t
+  const float* rows_[kMaxPool + 2][kMaxPool + 2] = {};
+  Best<kNanAware> best_[kMaxPool + 2];
+  int64_t count_[kMaxPool + 2] = {};
+};
 
 // Scores the group of queries [q0, q0 + nq) and writes its outputs.
 template <bool kAllScores>
@@ -385,15 +441,15 @@ void ScoreGroup(const Problem& p, int64_t q0, int64_t nq, Scratch& s, float* bes
   const int64_t K = p.k;
   const bool moderate = BuildTables(p, q0, nq, s);
   if (kAllScores) {
-    Enumerate<Order::kBlocked, false, false, true>(p, s);
+    DepthFirst<false, true>(p, s).Run();
   } else {
     VF score;
     VI row;
     if (moderate) {
-      const Best<false> b = Enumerate<Order::kTableOrder, true, false, false>(p, s);
+      const Best<false> b = DepthFirst<false, false>(p, s).Run();
       score = b.score, row = b.row;
     } else {
-      const Best<true> b = Enumerate<Order::kTableOrder, true, true, false>(p, s);
+      const Best<true> b = DepthFirst<true, false>(p, s).Run();
       score = b.score, row = b.row;
     }
     for (int64_t l = 0; l < nq; ++l) {
