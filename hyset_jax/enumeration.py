@@ -14,9 +14,10 @@ Five implementations of the same function, measured against each other in ``benc
   element) is scored from its parent p and one sibling, a few operations per subset.
 - :func:`score_subsets_matmul` — the incidence-matmul form: F_align = (A·(wℓ)) / (A·w) and
   F_set = A_pairs,m · g_m, one matmul per size and quantity (f32, or bf16 operands).
-- :func:`score_subsets_native` — the colex recurrence as a native CPU kernel called through
-  the XLA FFI (:mod:`hyset_jax.native`): queries on the vector lanes, every level in cache,
-  spread over XLA's thread pool. CPU backend only; not differentiable.
+- :func:`score_subsets_native` — a native CPU kernel called through the XLA FFI
+  (:mod:`hyset_jax.native`): a depth-first walk over the subsets with queries on the vector
+  lanes and its state in L1, spread over XLA's thread pool. CPU backend only; not
+  differentiable.
 
 ``method="auto"`` (the default of :func:`best_subset` and :func:`score_subsets`) is resolved
 by :func:`resolve_method` when the program is traced: the native kernel where it can run, the
