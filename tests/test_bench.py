@@ -90,3 +90,22 @@ def test_training_benchmark_runs_a_sharded_step():
   assert [r["devices"] for r in rows] == list(devices)
   for r in rows:
     assert r["loss_finite"] and r["examples_per_s"] > 0 and r["peak_bytes_per_device"] > 0
+
+
+def test_native_stage2_timing_runs_the_kernels_code(tmp_path, capsys):
+  """benchmarks/native_stage2.py compiles its harness around the working tree's subsets.cc,
+  times the tables, the best set and every score, and writes every run; a revision git does
+  not know is a clear error before any build."""
+  from benchmarks import native_stage2
+  out = tmp_path / "stage2.json"
+  assert native_stage2.main(["--rounds", "1", "--json", str(out)]) == 0
+  runs = json.loads(out.read_text())["runs"]["working tree"]
+  assert len(runs) == 1 and runs[0]["queries"] == 1024
+  # The whole best-set group costs more than its tables alone, and every score more still
+  # (the same walk, plus 87 KB of output per query).
+  assert 0 < runs[0]["tables_us_per_query"] < runs[0]["best_us_per_query"]
+  assert runs[0]["best_us_per_query"] < runs[0]["scores_us_per_query"]
+  assert "| working tree |" in capsys.readouterr().out
+  assert native_stage2.main(["--compare", "no-such-rev", "--json", str(tmp_path / "x.json")]) == 2
+  assert "git cannot show" in capsys.readouterr().err
+  assert native_stage2.main(["--json", str(out)]) == 2          # exists: needs --force

@@ -1,0 +1,106 @@
+"""One-core timing of the native stage-2 kernel alone, before/after comparisons included.
+
+  python -m benchmarks.native_stage2 [--compare REV ...] [--rounds 3] [--json FILE] [--force]
+
+Compiles benchmarks/native/stage2_timing.cc around ``hyset_jax/native/subsets.cc`` (and around
+the same file at each git revision given to ``--compare``) with the kernel's own flags, and
+runs the builds in turn, ``--rounds`` times, pinned to one core (``taskset -c 0``) when
+taskset exists. Each run times, on 1,024 random queries (K_pool = 20, M = 5), the per-group
+tables alone and whole groups — tables, the enumeration and the outputs — for the best set
+and for every score, best of 20 repeats, in µs per query. No XLA, no thread pool: what the
+kernel's code costs, which the shared machine's two-core ratios (``hyset bench enumerate``)
+blur by tens of percent. The JSON keeps every run; the Markdown table (stdout) the median per
+build.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+HARNESS = ROOT / "benchmarks" / "native" / "stage2_timing.cc"
+KERNEL = ROOT / "hyset_jax" / "native" / "subsets.cc"
+KEYS = ("tables_us_per_query", "best_us_per_query", "scores_us_per_query")
+
+
+def build(label: str, source: pathlib.Path, workdir: pathlib.Path) -> pathlib.Path:
+  """The harness compiled around ``source`` (a subsets.cc beside its parallel.h)."""
+  import jax
+  from hyset_jax import native
+  from hyset_jax.errors import UserError
+
+  exe = workdir / f"stage2_{label}"
+  flags = [f for f in native.FLAGS if f not in ("-shared", "-fPIC")]
+  cmd = [native._compiler(), *flags, "-w", "-I", jax.ffi.include_dir(), "-I", str(source.parent),
+         f'-DSUBSETS_CC="{source}"', str(HARNESS), "-o", str(exe)]
+  done = subprocess.run(cmd, capture_output=True, text=True)
+  if done.returncode != 0:
+    raise UserError(f"building the timing harness around {source} failed:\n{done.stderr[-2000:]}")
+  return exe
+
+
+def source_at(rev: str, workdir: pathlib.Path) -> pathlib.Path:
+  """subsets.cc and parallel.h as they were at git revision ``rev``."""
+  from hyset_jax.errors import UserError
+
+  folder = pathlib.Path(tempfile.mkdtemp(prefix="rev_", dir=workdir))
+  for name in ("subsets.cc", "parallel.h"):
+    done = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:hyset_jax/native/{name}"],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+      raise UserError(f"--compare {rev}: git cannot show hyset_jax/native/{name} there "
+                      f"({done.stderr.strip()})")
+    (folder / name).write_text(done.stdout)
+  return folder / "subsets.cc"
+
+
+def run(args) -> int:
+  from hyset_jax import io_utils
+
+  out = io_utils.output_file(args.json, args.force, flag="--json") if args.json else None
+  pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+  results: dict[str, list[dict]] = {}
+  with tempfile.TemporaryDirectory(prefix="hyset_stage2_") as tmp:
+    workdir = pathlib.Path(tmp)
+    sources = {"working tree": KERNEL, **{rev: source_at(rev, workdir) for rev in args.compare}}
+    exes = {label: build(f"b{i}", src, workdir) for i, (label, src) in enumerate(sources.items())}
+    for r in range(args.rounds):
+      for label, exe in exes.items():
+        done = subprocess.run([*pin, str(exe), "1024", "20", "5", "20"], capture_output=True,
+                              text=True, check=True)
+        row = json.loads(done.stdout.strip().splitlines()[-1])
+        results.setdefault(label, []).append(row)
+        print(f"round {r + 1}/{args.rounds} {label}: " +
+              ", ".join(f"{k} {row[k]:.2f}" for k in KEYS), file=sys.stderr)
+  lines = ["| build | tables µs/query | best set µs/query | every score µs/query | runs |",
+           "|---|---:|---:|---:|---:|"]
+  for label, rows in results.items():
+    med = [statistics.median(r[k] for r in rows) for k in KEYS]
+    lines.append(f"| {label} | {med[0]:.2f} | {med[1]:.2f} | {med[2]:.2f} | {len(rows)} |")
+  print("\n".join(lines))
+  if out is not None:
+    out.write_text(json.dumps({"pinned": bool(pin), "runs": results}, indent=1) + "\n")
+  return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+  from hyset_jax import cli
+  parser = argparse.ArgumentParser(description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--compare", nargs="*", default=[], metavar="REV",
+                      help="git revisions whose subsets.cc to time beside the working tree's")
+  parser.add_argument("--rounds", type=int, default=3, help="runs of each build, in turn")
+  parser.add_argument("--json", metavar="FILE", help="write every run here")
+  parser.add_argument("--force", action="store_true", help="replace an existing --json file")
+  parser.set_defaults(func=run, argv=list(sys.argv[1:] if argv is None else argv))
+  return cli.run(parser, argv)
+
+
+if __name__ == "__main__":
+  sys.exit(main())
