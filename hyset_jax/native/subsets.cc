@@ -317,12 +317,14 @@ inline void LeafRun(int64_t n, VF s0, VF s1, VF pm, const float* __restrict r,
 // ascending, so each size's subsets arrive in colex order, i.e. in table order. kScores writes
 // every score to its row; otherwise one running best per size with a strict > keeps each
 // size's first maximum, and merging the sizes in ascending order keeps the first maximum of the
-// table. With ℓ sorted ascending, t has the
-// largest logit of every subset below it, and the softmax sums are relative to it:
+// table. With ℓ sorted ascending, t has the largest logit of every subset below it, and the
+// softmax sums are relative to it:
 //   S0(E ∪ {a}) = S0(E) + exp(ℓ_a − ℓ_t),   S1(E ∪ {a}) = S1(E) + exp(ℓ_a − ℓ_t)·ℓ_a
 //   P_m(E ∪ {a}) = P_m(E) + R_m(E, a),      R_m(E ∪ {a}, a') = R_m(E, a') + G_m[a', a]
 // where R_m(E, a) = Σ_{x∈E} G_m[a, x] is kept for every a < min E and every m > |E|. The last
-// two sizes are one fused loop that scores each leaf from its grandparent's R_M row.
+// two sizes are one loop per node of size M − 2 (LastTwo), each leaf scored from that node's
+// R_M row. The sets' arithmetic is the same in both outputs, so the best set's score is bit for
+// bit its entry among every score.
 template <bool kNanAware, bool kScores>
 class DepthFirst {
  public:
