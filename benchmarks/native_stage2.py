@@ -37,7 +37,11 @@ def build(label: str, source: pathlib.Path, workdir: pathlib.Path) -> pathlib.Pa
 
   exe = workdir / f"stage2_{label}"
   flags = [f for f in native.FLAGS if f not in ("-shared", "-fPIC")]
-  cmd = [native._compiler(), *flags, "-w", "-I", jax.ffi.include_dir(), "-I", str(source.parent),
+  try:
+    cxx = native._compiler()
+  except RuntimeError as e:
+    raise UserError(f"cannot build the timing harness: {e}") from None
+  cmd = [cxx, *flags, "-w", "-I", jax.ffi.include_dir(), "-I", str(source.parent),
          f'-DSUBSETS_CC="{source}"', str(HARNESS), "-o", str(exe)]
   done = subprocess.run(cmd, capture_output=True, text=True)
   if done.returncode != 0:
@@ -62,7 +66,10 @@ def source_at(rev: str, workdir: pathlib.Path) -> pathlib.Path:
 
 def run(args) -> int:
   from hyset_jax import io_utils
+  from hyset_jax.errors import UserError
 
+  if args.rounds < 1:
+    raise UserError(f"--rounds must be at least 1, got {args.rounds}")
   out = io_utils.output_file(args.json, args.force, flag="--json") if args.json else None
   pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
   results: dict[str, list[dict]] = {}
@@ -73,7 +80,10 @@ def run(args) -> int:
     for r in range(args.rounds):
       for label, exe in exes.items():
         done = subprocess.run([*pin, str(exe), "1024", "20", "5", "20"], capture_output=True,
-                              text=True, check=True)
+                              text=True)
+        if done.returncode != 0:
+          raise UserError(f"the timing harness for {label} failed (exit {done.returncode}):\n"
+                          f"{done.stderr[-2000:]}")
         row = json.loads(done.stdout.strip().splitlines()[-1])
         results.setdefault(label, []).append(row)
         print(f"round {r + 1}/{args.rounds} {label}: " +

@@ -114,8 +114,9 @@ class TrainConfig:
   # Not in the paper; 0 = off.
   exhaustive_loss_weight: float = 0.0
   # σ of Gaussian noise added to each training query embedding (each row rescaled to its own
-  # norm), drawn per step from the seed (batches.noisy_queries): a regulariser for query vectors the encoder was tuned on (their
-  # training rows are more separable than unseen queries'). Not in the paper; 0 = off.
+  # norm), drawn per step from the seed (batches.noisy_queries): a regulariser for query
+  # vectors the encoder was tuned on (their training rows are more separable than unseen
+  # queries'). Not in the paper; 0 = off.
   query_noise: float = 0.0
   interaction_l2: float = 1e-4        # λ
   log_every: int = 50

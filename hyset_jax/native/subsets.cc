@@ -272,8 +272,17 @@ inline VF Max(VF a, VF b) {
 #endif
 }
 
-// Scores the leaves s0 + w[i], s1 + wl[i], pm + (r[i] + gm[i]), i < n (see DepthFirst),
-// rows row0 + i, into best. Without NaNs, the loop keeps only a running max (one instruction per
+// The score of leaf i of a run (see DepthFirst): sums s0 + w[i], s1 + wl[i], pair sum
+// pm + (r[i] + gm[i]). The one formula both outputs use, so that their scores agree bit for bit.
+inline VF Leaf(int64_t i, VF s0, VF s1, VF pm, const float* __restrict r,
+               const float* __restrict gm, const float* __restrict w,
+               const float* __restrict wl) {
+  const VF c0 = s0 + Load(w + i * kLanes);
+  const VF c1 = s1 + Load(wl + i * kLanes);
+  return (pm + (Load(r + i * kLanes) + Load(gm + i * kLanes))) + c1 / c0;
+}
+
+// Scores the leaves i < n of a run (Leaf), rows row0 + i, into best. Without NaNs, the loop keeps only a running max (one instruction per
 // leaf instead of a compare and two selects: the loop is bound by its vector instructions) and,
 // in the rare runs that raise a lane's best, scores the run again to find the first row that
 // reaches it, so the result is that of the compare-and-select.
@@ -281,12 +290,8 @@ template <bool kNanAware>
 inline void LeafRun(int64_t n, VF s0, VF s1, VF pm, const float* __restrict r,
                     const float* __restrict gm, const float* __restrict w,
                     const float* __restrict wl, int32_t row0, Best<kNanAware>& best) {
-  auto leaf = [&](int64_t i) {
-    const VF c0 = s0 + Load(w + i * kLanes);
-    const VF c1 = s1 + Load(wl + i * kLanes);
-    return (pm + (Load(r + i * kLanes) + Load(gm + i * kLanes))) + c1 / c0;
-  };
-  if (kNanAware) {
+  auto leaf = [&](int64_t i) { return Leaf(i, s0, s1, pm, r, gm, w, wl); };
+  if constexpr (kNanAware) {
     Best<kNanAware> b = best;
     VI row = VI{} + row0;
     for (int64_t i = 0; i < n; ++i, row += 1) b.Update(leaf(i), row);
@@ -411,9 +416,7 @@ class DepthFirst {
       if constexpr (kScores) {
         float* __restrict out = scores_ + static_cast<int64_t>(rowm) * kLanes;
         Store(scores_ + (row1 + a) * kLanes, f1);
-        for (int64_t i = 0; i < a; ++i)
-          Store(out + i * kLanes, (pa + (Load(rm + i * kLanes) + Load(ga + i * kLanes))) +
-                                      (c1 + Load(wl + i * kLanes)) / (c0 + Load(w + i * kLanes)));
+        for (int64_t i = 0; i < a; ++i) Store(out + i * kLanes, Leaf(i, c0, c1, pa, rm, ga, w, wl));
       } else {
         b1.Update(f1, VI{} + static_cast<int32_t>(row1 + a));
         LeafRun<kNanAware>(a, c0, c1, pa, rm, ga, w, wl, rowm, bm);
