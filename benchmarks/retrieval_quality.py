@@ -17,8 +17,9 @@ best-by-validation model on the test split. Rows:
   no conditioned term, no per-tool loss, no exhaustive-shortlist loss, no F_set, identity M, one
   shared M, 1,500 training steps instead of the preset's, Z fixed at the encoder's embeddings
   (or trained, for a preset that fixes it) — also with 250 steps —, Z moved by the per-tool
-  loss only; and one addition, noise on the training query embeddings (``train.query_noise``),
-  also with 1,500 steps;
+  loss only; and two additions, noise on the training query embeddings (``train.query_noise``),
+  also with 1,500 steps, and the seen-set prior (``model.set_prior``), alone and with the noise
+  and 1,500 steps — each prior run also reported as the same θ without its prior;
 - the first preset seed's model, and the first Z-fixed seed's, under every ranking (greedy,
   logit, set-first, set-mean);
 - trained baselines on the same frozen embeddings (hyset_jax.retrievers.trained, seeded like
@@ -79,6 +80,18 @@ def ranking_rows(model_dir: pathlib.Path, data, test, mc) -> dict[str, dict]:
   chosen = md.default_ranking
   return {f"ranking {r}" + (" (chosen on validation)" if r == chosen else ""): m
           for r, m in evaluate_rankings(md.params, test, data.tool_ids, mc, 256).items()}
+
+
+def without_prior(model_dir: pathlib.Path, data, config) -> dict:
+  """Test metrics of a model directory's θ with its seen-set prior removed, ranked by the
+  method validation chooses for that model."""
+  from hyset_jax import modeldir
+  from hyset_jax.evaluation import choose_ranking, evaluate_split
+  params = modeldir.load_model_dir(model_dir).params._replace(prior=None)
+  ranking, _ = choose_ranking(params, data.splits[config.data.val_split], data.tool_ids,
+                              config.model, 256)
+  return evaluate_split(params, data.splits[config.data.test_split], data.tool_ids,
+                        config.model, 256, ranking=ranking)
 
 
 def baselines(config, data, test) -> dict[str, dict]:
@@ -216,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--ablation-seeds", type=int, nargs="+", default=[0])
   parser.add_argument("--ablations", nargs="*", metavar="TAG",
                       help="only these ablation rows (tags: notower nocond notool noenum noset "
-                           "identity shared ztrain zfixed zfixed250 zsep steps1500 noise noise1500; none given: no ablations; default: all)")
+                           "identity shared ztrain zfixed zfixed250 zsep steps1500 noise noise1500 "
+                           "prior prior1500; none given: no ablations; default: all)")
   parser.add_argument("--runs", default="runs/results")
   parser.add_argument("--multi-tool", action="store_true",
                       help="also a table on the test queries with ≥ 2 gold tools")
@@ -295,7 +309,12 @@ def run(args: argparse.Namespace) -> int:
                (f"preset + query noise σ = {QUERY_NOISE}", "noise",
                 [f"train.query_noise={QUERY_NOISE}"]),
                (f"preset + query noise σ = {QUERY_NOISE}, 1,500 steps", "noise1500",
-                [f"train.query_noise={QUERY_NOISE}", "train.num_steps=1500"])]
+                [f"train.query_noise={QUERY_NOISE}", "train.num_steps=1500"]),
+               # The seen-set prior (set_prior.py), alone and over the tuned-encoder recipe.
+               ("preset + seen-set prior", "prior", ["model.set_prior=true"]),
+               (f"preset + query noise σ = {QUERY_NOISE}, 1,500 steps + seen-set prior",
+                "prior1500", [f"train.query_noise={QUERY_NOISE}", "train.num_steps=1500",
+                              "model.set_prior=true"])]
   if not config.model.train_tool_embeddings:
     ablations.append(("preset, Z trained (paper)", "ztrain", ["model.train_tool_embeddings=true"]))
   else:  # Z fixed at the encoder's tool embeddings: F_set can only use what the text says
@@ -316,6 +335,9 @@ def run(args: argparse.Namespace) -> int:
       chosen.setdefault(label, []).append(summary["ranking"])
       if summary["wall_s"] is not None:
         costs.setdefault(label, []).append(summary["wall_s"])
+      if tag.startswith("prior"):  # the same θ without its prior, the ranking chosen for that
+        rows["all"].setdefault(f"{label}: the same θ without the prior", []).append(
+            without_prior(pathlib.Path(summary["workdir"]) / "best", data, config))
       if tag in ("preset", "zfixed") and seed == seeds[0]:
         for name, m in ranking_rows(pathlib.Path(summary["workdir"]) / "best", data, test,
                                     config.model).items():

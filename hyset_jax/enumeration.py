@@ -97,6 +97,15 @@ def count_subsets(k_pool: int, max_size: int) -> int:
   return sum(math.comb(k_pool, m) for m in range(1, max_size + 1))
 
 
+def subsets_containing(k_pool: int, max_size: int) -> int:
+  """How many subsets of sizes 1..M of K tools contain a given tool: Σ_m C(K − 1, m − 1).
+
+  >>> subsets_containing(20, 3)
+  191
+  """
+  return sum(math.comb(k_pool - 1, m - 1) for m in range(1, max_size + 1))
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class SubsetTable:
   """All subsets of {0..K-1} of size 1..M, sizes ascending, colex within a size.

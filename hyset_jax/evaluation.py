@@ -4,14 +4,17 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from hyset_jax import inference, metrics
-from hyset_jax.scoring import HysetParams
+from hyset_jax import inference, metrics, set_prior
+from hyset_jax.scoring import HysetParams, SetPrior
 from hyset_jax.train_data import QuerySet
 
 
 # What "auto" ranking maximises on validation: the mean of the rank metrics (the set metrics do
 # not depend on the ranking).
 RANK_METRICS = ("recall@3", "recall@5", "ndcg@3", "ndcg@5", "comp@3", "comp@5")
+# The seen-set prior's grid, chosen on validation with the ranking (λ = 0, no prior, competes).
+PRIOR_WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0)
+PRIOR_FLOORS = (1e-3, 1e-2, 1e-1)
 
 
 def evaluate_split(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ...], mc,
@@ -52,3 +55,38 @@ def choose_ranking(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ...],
   best = max(inference.RANKINGS, key=lambda r: (np.mean([scores[r][k] for k in RANK_METRICS]),
                                                 -inference.RANKINGS.index(r)))
   return best, scores
+
+
+def _mean_rank(scores: dict[str, float]) -> float:
+  return float(np.mean([scores[k] for k in RANK_METRICS]))
+
+
+def choose_prior(params: HysetParams, prior: SetPrior, qs: QuerySet, tool_ids: tuple[str, ...],
+                 mc, batch_size: int) -> tuple[SetPrior | None, str, dict[str, dict]]:
+  """The seen-set prior's λ and τ, by the best mean of :data:`RANK_METRICS` on ``qs`` over
+  :data:`PRIOR_WEIGHTS` × :data:`PRIOR_FLOORS`, against the model without it (which wins ties);
+  with ``mc.ranking = "auto"`` the ranking is chosen with them (the prior's candidates: every
+  ranking but greedy), else ``mc.ranking`` is used throughout.
+
+  Returns:
+    (the prior with the chosen λ and τ, or None when no prior beats its absence; the ranking;
+     every candidate's metrics keyed ``"none <ranking>"`` or ``"λ=… τ=… <ranking>"``).
+  """
+  if mc.ranking == "auto":
+    ranking, plain = choose_ranking(params, qs, tool_ids, mc, batch_size)
+    candidates = tuple(r for r in inference.RANKINGS if r != "greedy")
+  else:
+    ranking, candidates = mc.ranking, (mc.ranking,)
+    plain = evaluate_rankings(params, qs, tool_ids, mc, batch_size, candidates)
+  table = {f"none {r}": m for r, m in plain.items()}
+  chosen, best = None, _mean_rank(plain[ranking])
+  for weight in PRIOR_WEIGHTS:
+    for tau in PRIOR_FLOORS:
+      candidate = set_prior.with_weight(prior, weight, tau)
+      scores = evaluate_rankings(params._replace(prior=candidate), qs, tool_ids, mc, batch_size,
+                                 candidates)
+      for r, m in scores.items():
+        table[f"λ={weight:g} τ={tau:g} {r}"] = m
+        if _mean_rank(m) > best:
+          chosen, ranking, best = candidate, r, _mean_rank(m)
+  return chosen, ranking, table

@@ -31,7 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyset_jax import choices, enumeration, neighbors, scoring, sharding
+from hyset_jax import choices, enumeration, neighbors, scoring, set_prior, sharding
+from hyset_jax.errors import UserError
 from hyset_jax.scoring import HysetParams
 
 Ranking = choices.Ranking
@@ -151,7 +152,8 @@ def set_mean(logits: jax.Array, pairs: jax.Array, max_size: int) -> jax.Array:
 
 def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
                ranking: Ranking, max_size: int,
-               method: enumeration.Method = choices.PORTABLE_METHOD) -> jax.Array:
+               method: enumeration.Method = choices.PORTABLE_METHOD,
+               member_bonus: jax.Array | None = None) -> jax.Array:
   """Order the shortlist for the rank metrics (issue: paper's greedy vs alternatives).
 
   - ``greedy`` (the paper): M greedy marginal-gain picks under F (:func:`greedy_ranking`),
@@ -181,11 +183,16 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
     max_size: M.
     method: resolved by :func:`enumeration.resolve_method`; ``"native"`` ranks ``greedy`` with
       the native kernel (:func:`hyset_jax.native.greedy_ranking`, the same order).
+    member_bonus: f32[Q, K] with a seen-set prior (:class:`set_prior.SeenSets`): ``set-mean``
+      averages F' = F + the prior's bonus. ``greedy`` does not support the prior.
 
   Returns:
     int32[Q, K] shortlist positions, best first.
   """
   choices.check("ranking", ranking, choices.RANKINGS)
+  if member_bonus is not None and ranking == "greedy":
+    raise UserError("the greedy ranking does not support a seen-set prior (its marginal gains "
+                    "are under F alone); rank with logit, set-first or set-mean")
   q, k = logits.shape
   if ranking == "logit":
     return jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (q, k))
@@ -194,8 +201,10 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
     return _first_then_by_logit(in_set, logits)
   if ranking == "set-mean":
     pos = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (q, k))
-    return jax.lax.sort((-set_mean(logits, pairs, max_size), -logits, pos), dimension=1,
-                        num_keys=3)[2]
+    mean = set_mean(logits, pairs, max_size)
+    if member_bonus is not None:  # each tool lies in the same number of subsets
+      mean = mean + member_bonus / enumeration.subsets_containing(k, max_size)
+    return jax.lax.sort((-mean, -logits, pos), dimension=1, num_keys=3)[2]
   if enumeration.resolve_method(method, k) == "native":
     from hyset_jax import native
     return native.greedy_ranking(logits, pairs[:, :max_size - 1])
@@ -232,19 +241,33 @@ class Reranked(NamedTuple):
 
 
 def _stage2(sl: Shortlist, pairs: jax.Array, *, k_pool: int, max_size: int,
-            method: enumeration.Method, rankings: tuple[Ranking, ...]) -> tuple[Reranked, ...]:
-  """Stage 2 once and the shortlist ranked by each of ``rankings`` (the set fields shared)."""
+            method: enumeration.Method, rankings: tuple[Ranking, ...],
+            prior: scoring.SetPrior | None = None,
+            query_emb: jax.Array | None = None) -> tuple[Reranked, ...]:
+  """Stage 2 once and the shortlist ranked by each of ``rankings`` (the set fields shared).
+
+  With a seen-set ``prior`` (which reads ``query_emb``), Ê is the argmax of F' = F + the
+  prior's bonus: the enumeration's argmax of F unless a seen set beats it
+  (:func:`set_prior.seen_sets`).
+  """
   table = enumeration.subset_table(k_pool, max_size)
   best = enumeration.best_subset(sl.logits, pairs, table, method)
   # Members in ascending shortlist position, padding (K_pool) last.
   pos = jnp.sort(jnp.where(best.mask[:, 0], best.positions[:, 0], k_pool), axis=1)
+  score, member_bonus = best.scores[:, 0], None
+  if prior is not None:
+    seen = set_prior.seen_sets(prior, query_emb, sl.tools, sl.logits, pairs, score, max_size)
+    pos = jnp.where(seen.wins[:, None], seen.positions, pos)
+    score = jnp.where(seen.wins, seen.score, score)
+    member_bonus = seen.member_bonus
   valid = pos < k_pool
   set_tools = jnp.where(valid, jnp.take_along_axis(sl.tools, jnp.minimum(pos, k_pool - 1), 1), -1)
   set_tools, set_size = set_tools.astype(jnp.int32), jnp.sum(valid, 1).astype(jnp.int32)
   return tuple(
-      Reranked(set_tools, set_size, best.scores[:, 0],
+      Reranked(set_tools, set_size, score,
                jnp.take_along_axis(sl.tools,
-                                   rank_tools(sl.logits, pairs, pos, r, max_size, method),
+                                   rank_tools(sl.logits, pairs, pos, r, max_size, method,
+                                              member_bonus),
                                    axis=1).astype(jnp.int32))
       for r in rankings)
 
@@ -267,7 +290,8 @@ def rerank(params: HysetParams, query_emb: jax.Array, sl: Shortlist, *, k_pool: 
   """
   pairs = scoring.shortlist_pairs(truncate(params, max_size), query_emb, sl.tools)
   return _stage2(sl, pairs, k_pool=k_pool, max_size=max_size, method=method,
-                 rankings=(DEFAULT_RANKING if ranking is None else ranking,))[0]
+                 rankings=(DEFAULT_RANKING if ranking is None else ranking,),
+                 prior=params.prior, query_emb=query_emb)[0]
 
 
 def _prediction(sl: Shortlist, r: Reranked) -> Prediction:
@@ -456,7 +480,8 @@ def _predict_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_pool
   sl = shortlist_prepared(prep, query_emb, k1, k_pool, method)
   pairs = pair_matrices_prepared(prep, query_emb, sl.tools, method)
   return tuple(_prediction(sl, r) for r in _stage2(sl, pairs, k_pool=k_pool, max_size=max_size,
-                                                   method=method, rankings=rankings))
+                                                   method=method, rankings=rankings,
+                                                   prior=prep.params.prior, query_emb=query_emb))
 
 
 @functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "ranking"))

@@ -163,5 +163,8 @@ def constrain(theta: dict) -> dict:
 def host_params(params: HysetParams) -> HysetParams:
   """θ as f32 NumPy arrays with the constraints applied, for model directories and exports."""
   host = jax.tree.map(lambda a: np.asarray(a, np.float32), jax.device_get(params))
+  if params.prior is not None:  # its members are tool rows
+    host = host._replace(prior=host.prior._replace(
+        members=np.asarray(jax.device_get(params.prior.members), np.int32)))
   return host._replace(tool_embeddings=np.asarray(normalize_rows(host.tool_embeddings)),
                        interactions=np.asarray(symmetrize(host.interactions)))

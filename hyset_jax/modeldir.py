@@ -1,6 +1,7 @@
 """The model directory (docs/contracts.md): what ``hyset export`` writes and ``hyset predict
---model`` reads, also when another stack wrote it. Format ``hyset/2`` is written; ``hyset/1``
-(no tower, no ranking field) is still read.
+--model`` reads, also when another stack wrote it. Format ``hyset/2`` is written, ``hyset/3``
+when the model has a seen-set prior (so that a reader that predates the prior refuses it
+instead of scoring without it); ``hyset/1`` (no tower, no ranking field) is still read.
 
 Layout::
 
@@ -12,7 +13,10 @@ Layout::
                        conditioned_u f32[M-1, d_z, R], conditioned_w f32[M-1, d_r, R],
                        conditioned_v f32[M-1, d_r], conditioned_b f32[M-1]   (hyset/2, when
                                                                       the term is on)
-  manifest.json        {"format": "hyset/2", "tool_ids": [...N ids, row order...],
+                       prior_members i32[S, M] (tool rows, ascending, -1 padding),
+                       prior_w f32[S, d_r], prior_b f32[S], prior_weight f32[] (λ ≥ 0),
+                       prior_floor f32[] (log τ ≤ 0)                        (hyset/3 only)
+  manifest.json        {"format": "hyset/2" or "hyset/3", "tool_ids": [...N ids, row order...],
                         "max_set_size": M, "k1": K1, "k_pool": K_pool,
                         "query_encoder": "..." or null,
                         "ranking": "greedy"|"logit"|"set-first"|"set-mean"}
@@ -32,12 +36,13 @@ import numpy as np
 
 from hyset_jax.errors import UserError
 from hyset_jax.inference import DEFAULT_RANKING, RANKINGS
-from hyset_jax.scoring import HysetParams, QueryInteraction, QueryTower
+from hyset_jax.scoring import HysetParams, QueryInteraction, QueryTower, SetPrior
 
 FORMAT = "hyset/2"
-READABLE = ("hyset/1", "hyset/2")
-# Optional tensor groups of hyset/2: all of a group or none.
-GROUPS = {"tower": QueryTower, "conditioned": QueryInteraction}
+PRIOR_FORMAT = "hyset/3"  # hyset/2 plus the seen-set prior's tensors
+READABLE = ("hyset/1", "hyset/2", "hyset/3")
+# Optional tensor groups: all of a group or none. The prior's only in (and always in) hyset/3.
+GROUPS = {"tower": QueryTower, "conditioned": QueryInteraction, "prior": SetPrior}
 PARAMS_FILE = "params.safetensors"
 MANIFEST_FILE = "manifest.json"
 # Symmetry and unit-norm tolerances: loose enough for f32 round-trips through other stacks,
@@ -64,7 +69,8 @@ class ModelDir:
     return self.ranking or DEFAULT_RANKING
 
   def manifest(self) -> dict:
-    return {"format": FORMAT, "tool_ids": list(self.tool_ids), "max_set_size": self.max_set_size,
+    fmt = FORMAT if self.params.prior is None else PRIOR_FORMAT
+    return {"format": fmt, "tool_ids": list(self.tool_ids), "max_set_size": self.max_set_size,
             "k1": self.k1, "k_pool": self.k_pool, "query_encoder": self.query_encoder,
             "ranking": self.default_ranking}
 
@@ -103,6 +109,33 @@ def _validate_conditioned(qi: QueryInteraction, d_r: int, d_z: int, max_size: in
       raise UserError(f"{where}: tensor 'conditioned_{name}' contains NaN or inf")
 
 
+def _validate_prior(prior: SetPrior, num_tools: int, d_r: int, max_size: int, where) -> None:
+  members = prior.members
+  s = members.shape[0] if members.ndim == 2 else -1
+  want = {"members": (s, max_size), "w": (s, d_r), "b": (s,), "weight": (), "floor": ()}
+  for name, a in prior._asdict().items():
+    if s < 1 or a.shape != want[name]:
+      raise UserError(f"{where}: tensor 'prior_{name}' must be {list(want[name])} (S sets, "
+                      f"max_set_size, d_r), got shape {list(a.shape)}")
+    if name != "members" and not np.all(np.isfinite(a)):
+      raise UserError(f"{where}: tensor 'prior_{name}' contains NaN or inf")
+  real, first = members >= 0, {}
+  for i, row in enumerate(members):
+    j = first.setdefault(tuple(row.tolist()), i)
+    if j != i:
+      raise UserError(f"{where}: tensor 'prior_members' row {i} repeats row {j}; the prior's "
+                      f"sets must be distinct")
+    n = int(real[i].sum())
+    ok = (n >= 1 and real[i, :n].all() and (row[n:] == -1).all()
+          and (row[:n] < num_tools).all() and (np.diff(row[:n]) > 0).all())
+    if not ok:
+      raise UserError(f"{where}: tensor 'prior_members' row {i} is {row.tolist()}; expected "
+                      f"1..{max_size} distinct tool rows in [0, {num_tools}) ascending, then -1")
+  if float(prior.weight) < 0 or float(prior.floor) > 0:
+    raise UserError(f"{where}: tensors 'prior_weight' (λ = {float(prior.weight):g}) and "
+                    f"'prior_floor' (log τ = {float(prior.floor):g}) must be ≥ 0 and ≤ 0")
+
+
 def validate(model: ModelDir, where: pathlib.Path | str = "model",
              manifest_where: pathlib.Path | str | None = None) -> None:
   """Check shapes, finiteness, symmetry, unit rows and the shortlist sizes; UserError if not.
@@ -111,7 +144,7 @@ def validate(model: ModelDir, where: pathlib.Path | str = "model",
   """
   from hyset_jax.enumeration import validate_sizes
   mwhere = manifest_where or where
-  z, p, ms, tower, cond = model.params
+  z, p, ms, tower, cond, prior = model.params
   if z.ndim != 2:
     raise UserError(f"{where}: tensor 'tool_embeddings' must be [N, d_z], got shape {z.shape}")
   n, d_z = z.shape
@@ -126,6 +159,8 @@ def validate(model: ModelDir, where: pathlib.Path | str = "model",
     _validate_tower(tower, p.shape[0], where)
   if cond is not None:
     _validate_conditioned(cond, p.shape[0], d_z, model.max_set_size, where)
+  if prior is not None:
+    _validate_prior(prior, n, p.shape[0], model.max_set_size, where)
   if len(model.tool_ids) != n:
     raise UserError(f"{mwhere}: field 'tool_ids' has {len(model.tool_ids)} ids but tensor "
                     f"'tool_embeddings' in {where} has {n} rows")
@@ -192,7 +227,7 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
   if query_encoder is not None and not isinstance(query_encoder, str):
     raise UserError(f"{mpath}: field 'query_encoder' must be a string or null, got "
                     f"{query_encoder!r}")
-  ranking = manifest.get("ranking") if fmt == "hyset/2" else None
+  ranking = manifest.get("ranking") if fmt != "hyset/1" else None
   if ranking is not None and not isinstance(ranking, str):
     raise UserError(f"{mpath}: field 'ranking' must be a string, got {ranking!r}")
   if max_set_size < 2:
@@ -216,6 +251,12 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
     if have and fmt == "hyset/1":
       raise UserError(f"{ppath}: tensor {have[0]!r} belongs to format 'hyset/2' ({group}); "
                       f"the manifest says 'hyset/1'")
+    if group == "prior" and (fmt == PRIOR_FORMAT) != bool(have):
+      raise UserError(f"{ppath}: " + (
+          f"tensor {have[0]!r} belongs to format {PRIOR_FORMAT!r} (the seen-set prior); the "
+          f"manifest says {fmt!r}" if have else
+          f"format {PRIOR_FORMAT!r} (in {mpath}) needs the seen-set prior's tensors "
+          f"{', '.join(names)}"))
     if have and len(have) != len(names):
       missing = [t for t in names if t not in tensors]
       raise UserError(f"{ppath}: missing tensor {missing[0]!r} (the {group} needs all of "
@@ -228,9 +269,13 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
     raise UserError(f"{ppath}: unexpected tensor(s) {', '.join(map(repr, extra))} for "
                     f"max_set_size = {max_set_size}")
   for name in expected:
-    if not np.issubdtype(tensors[name].dtype, np.floating):
-      raise UserError(f"{ppath}: tensor {name!r} must be floating point, got {tensors[name].dtype}")
-  f32 = {k: np.asarray(v, np.float32) for k, v in tensors.items()}
+    kind = np.integer if name == "prior_members" else np.floating
+    if not np.issubdtype(tensors[name].dtype, kind):
+      raise UserError(f"{ppath}: tensor {name!r} must be "
+                      f"{'integer' if kind is np.integer else 'floating point'}, got "
+                      f"{tensors[name].dtype}")
+  f32 = {k: np.asarray(v, np.int32 if k == "prior_members" else np.float32)
+         for k, v in tensors.items()}
   if f32["tool_embeddings"].ndim != 2:
     raise UserError(f"{ppath}: tensor 'tool_embeddings' must be [N, d_z], "
                     f"got shape {f32['tool_embeddings'].shape}")
@@ -250,7 +295,8 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
 
 
 def tensors(params: HysetParams, max_set_size: int) -> dict[str, np.ndarray]:
-  """θ as the named f32 tensors of params.safetensors (also the arrays of the npz export)."""
+  """θ as the named tensors of params.safetensors (also the arrays of the npz export): f32, but
+  the prior's members int32."""
   out = {"tool_embeddings": np.ascontiguousarray(params.tool_embeddings, np.float32),
          "projection": np.ascontiguousarray(params.projection, np.float32)}
   out.update({f"interaction_{m}": np.ascontiguousarray(params.interactions[m - 2], np.float32)
@@ -258,13 +304,15 @@ def tensors(params: HysetParams, max_set_size: int) -> dict[str, np.ndarray]:
   for group in GROUPS:
     values = getattr(params, group)
     if values is not None:
-      out.update({f"{group}_{k}": np.ascontiguousarray(v, np.float32)
+      # np.asarray(order="C"), not ascontiguousarray: λ and log τ stay 0-d.
+      out.update({f"{group}_{k}": np.asarray(
+          v, np.int32 if (group, k) == ("prior", "members") else np.float32, order="C")
                   for k, v in values._asdict().items()})
   return out
 
 
 def save_model_dir(path: str | os.PathLike, model: ModelDir, *, force: bool = False) -> pathlib.Path:
-  """Write ``model`` as a ``hyset/2`` directory.
+  """Write ``model`` as a ``hyset/2`` directory (``hyset/3`` with a seen-set prior).
 
   An existing non-empty ``path`` is replaced only with ``force=True``.
   """

@@ -7,7 +7,7 @@ their port against it, or simply use it. This file imports neither JAX nor ``hys
 
     python reference.py --model DIR --query-embeddings queries.npy --out predictions.jsonl [--force]
 
-DIR is a ``hyset/2`` or ``hyset/1`` model directory (``params.safetensors`` is parsed here: an
+DIR is a ``hyset/3``, ``hyset/2`` or ``hyset/1`` model directory (``params.safetensors`` is parsed here: an
 8-byte little-endian header length, a JSON header, raw little-endian tensors), an ``npz`` export
 (``model.npz`` or its directory) or a ``hyset train`` workdir (its ``best/``). The output has
 the lines ``hyset predict --query-embeddings`` writes: ``query_id`` (the row), ``set``,
@@ -33,6 +33,11 @@ The rules, float32 throughout as in JAX:
   :func:`conditioned_pairs`); the first
   maximum in that order wins (so the smallest set on an exact tie). The set's tools are listed in
   ascending shortlist position.
+- Seen-set prior (hyset/3, ``prior_*`` tensors): F' = F + λ · max(0, log p(s | r) − log τ) for
+  each subset that is one of the prior's sets s (p = softmax(r wᵀ + b) over them, r the query
+  embedding itself), F' = F for the others; the best set is the first maximum of F' in the
+  order above (``hyset predict`` keeps the argmax of F unless a prior set is strictly above it:
+  the two differ only on exact ties). ``set-mean`` averages F'; ``greedy`` is refused.
 - Ranking (``--ranking``, default the manifest's ``ranking``, else ``greedy``): ``greedy`` is M
   greedy picks (A_k = A_{k−1} ∪ argmax_t F(A_{k−1} ∪ {t}), ties to the earlier shortlist
   position), then the rest of the shortlist by descending ℓ (ties: earlier position); ``logit``
@@ -56,10 +61,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-FORMATS = ("hyset/1", "hyset/2")  # hyset/2 adds the query tower and the ranking field
+# hyset/2 adds the query tower, the conditioned term and the ranking field; hyset/3 the prior.
+FORMATS = ("hyset/1", "hyset/2", "hyset/3")
 RANKINGS = ("greedy", "logit", "set-first", "set-mean")
 # hyset/2's optional tensor groups, stored as "<group>_<field>".
-GROUPS = {"tower": ("w_in", "b_in", "w_out", "b_out"), "conditioned": ("u", "w", "v", "b")}
+GROUPS = {"tower": ("w_in", "b_in", "w_out", "b_out"), "conditioned": ("u", "w", "v", "b"),
+          "prior": ("members", "w", "b", "weight", "floor")}
 _SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
                        "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
 # The tolerances of hyset_jax.modeldir (copied: this file imports nothing of hyset_jax; a test
@@ -86,6 +93,8 @@ class Model(NamedTuple):
   ranking: str | None = None
   conditioned: tuple[np.ndarray, ...] | None = None  # (u f32[M-1, d_z, R], w f32[M-1, d_r, R],
                                                      #  v f32[M-1, d_r], b f32[M-1])
+  prior: tuple[np.ndarray, ...] | None = None  # (members i32[S, M], w f32[S, d_r], b f32[S],
+                                               #  weight f32[] λ, floor f32[] log τ)
 
 
 # --------------------------------------------------------------------------- reading
@@ -183,6 +192,32 @@ def _validate_conditioned(cond: tuple[np.ndarray, ...], d_r: int, d_z: int, max_
       raise ModelError(f"{where}: tensor 'conditioned_{name}' contains NaN or inf")
 
 
+def _validate_prior(prior: tuple[np.ndarray, ...], n: int, d_r: int, max_size: int,
+                    where: str) -> None:
+  members = prior[0]
+  s = members.shape[0] if members.ndim == 2 else -1
+  want = {"members": (s, max_size), "w": (s, d_r), "b": (s,), "weight": (), "floor": ()}
+  for name, a in zip(GROUPS["prior"], prior):
+    if s < 1 or a.shape != want[name]:
+      raise ModelError(f"{where}: tensor 'prior_{name}' must be {list(want[name])} (S sets, "
+                       f"max_set_size, d_r), got shape {list(a.shape)}")
+    if name != "members" and not np.all(np.isfinite(a)):
+      raise ModelError(f"{where}: tensor 'prior_{name}' contains NaN or inf")
+  first: dict = {}
+  for i, row in enumerate(members):
+    j = first.setdefault(tuple(row.tolist()), i)
+    if j != i:
+      raise ModelError(f"{where}: tensor 'prior_members' row {i} repeats row {j}; the prior's "
+                       f"sets must be distinct")
+    k = int((row >= 0).sum())
+    if not (k >= 1 and (row[:k] >= 0).all() and (row[k:] == -1).all() and (row[:k] < n).all()
+            and (np.diff(row[:k]) > 0).all()):
+      raise ModelError(f"{where}: tensor 'prior_members' row {i} is {row.tolist()}; expected "
+                       f"1..{max_size} distinct tool rows in [0, {n}) ascending, then -1")
+  if float(prior[3]) < 0 or float(prior[4]) > 0:
+    raise ModelError(f"{where}: tensors 'prior_weight' and 'prior_floor' must be ≥ 0 and ≤ 0")
+
+
 def query_tower(model: Model, queries: np.ndarray) -> np.ndarray:
   """q(r) = h_L, h_0 = r, h_{l+1} = h_l + relu(h_l W_l + b_l) U_l + c_l: f32[Q, d_r]."""
   h = queries.astype(np.float32)
@@ -211,6 +246,8 @@ def validate(model: Model, where: str) -> None:
     _validate_tower(model.tower, p.shape[0], where)
   if model.conditioned is not None:
     _validate_conditioned(model.conditioned, p.shape[0], d, model.max_set_size, where)
+  if model.prior is not None:
+    _validate_prior(model.prior, n, p.shape[0], model.max_set_size, where)
   if len(model.tool_ids) != n:
     raise ModelError(f"{where}: manifest 'tool_ids' has {len(model.tool_ids)} ids but "
                      f"'tool_embeddings' has {n} rows")
@@ -274,7 +311,8 @@ def _model(tensors: dict, manifest: dict, where: str, tensors_where: str) -> Mod
   encoder = manifest.get("query_encoder")
   if encoder is not None and not isinstance(encoder, str):
     raise ModelError(f"{where}: field 'query_encoder' must be a string or null")
-  ranking = manifest.get("ranking") if manifest.get("format") == "hyset/2" else None
+  fmt = manifest.get("format")
+  ranking = manifest.get("ranking") if fmt != "hyset/1" else None
   if ranking is not None and ranking not in RANKINGS:
     raise ModelError(f"{where}: field 'ranking' is {ranking!r}; expected one of "
                      f"{', '.join(RANKINGS)}")
@@ -283,9 +321,14 @@ def _model(tensors: dict, manifest: dict, where: str, tensors_where: str) -> Mod
   for group, fields in GROUPS.items():
     names = [f"{group}_{f}" for f in fields]
     present = [t for t in names if t in tensors]
-    if present and manifest.get("format") == "hyset/1":
+    if present and fmt == "hyset/1":
       raise ModelError(f"{tensors_where}: tensor {present[0]!r} belongs to hyset/2 ({group}), "
                        f"which format 'hyset/1' does not have")
+    if group == "prior" and (fmt == "hyset/3") != bool(present):
+      raise ModelError(f"{tensors_where}: " + (
+          f"tensor {present[0]!r} belongs to format 'hyset/3' (the seen-set prior); the "
+          f"manifest says {fmt!r}" if present else
+          f"format 'hyset/3' needs the seen-set prior's tensors {', '.join(names)}"))
     if present and len(present) != len(names):
       missing = [t for t in names if t not in tensors]
       raise ModelError(f"{tensors_where}: missing tensor {missing[0]!r} ({group} needs all of "
@@ -305,8 +348,16 @@ def _model(tensors: dict, manifest: dict, where: str, tensors_where: str) -> Mod
                        f"shape {a.shape}")
   tower, cond = (tuple(_float_tensor(tensors, t, tensors_where) for t in groups[g]) or None
                  for g in ("tower", "conditioned"))
+  prior = None
+  if groups["prior"]:
+    members = np.asarray(tensors["prior_members"])
+    if not np.issubdtype(members.dtype, np.integer):
+      raise ModelError(f"{tensors_where}: tensor 'prior_members' must be integer, got "
+                       f"{members.dtype}")
+    prior = (members.astype(np.int64),) + tuple(
+        _float_tensor(tensors, t, tensors_where) for t in groups["prior"][1:])
   model = Model(z, p, np.stack(inter), tuple(tool_ids), m, k1, k_pool, encoder, tower, ranking,
-                cond)
+                cond, prior)
   validate(model, tensors_where)
   return model
 
@@ -458,10 +509,39 @@ def subset_scores(logits: np.ndarray, pairs: np.ndarray, max_size: int):
 def set_mean(logits: np.ndarray, pairs: np.ndarray, max_size: int) -> np.ndarray:
   """f32[Q, K]: the mean F of the shortlist subsets that contain each shortlist position."""
   scores, members = subset_scores(logits, pairs, max_size)
-  incidence = np.zeros((len(members), logits.shape[1]), np.float32)
+  return _mean_per_tool(scores, members, logits.shape[1])
+
+
+def _mean_per_tool(scores: np.ndarray, members: list, k: int) -> np.ndarray:
+  incidence = np.zeros((len(members), k), np.float32)
   for i, positions in enumerate(members):
     incidence[i, positions] = 1.0
   return (scores @ incidence) / incidence[:, 0].sum()
+
+
+def prior_bonus(model: Model, queries: np.ndarray, tools: np.ndarray,
+                max_size: int) -> np.ndarray:
+  """The seen-set prior's bonus on every subset of each shortlist, f32[Q, n] in table order
+  (0 for the subsets that are none of the prior's sets)."""
+  members, w, b, weight, floor = model.prior
+  logits = queries @ w.T + b                                           # [Q, S]
+  logits = logits - logits.max(1, keepdims=True)
+  logp = logits - np.log(np.exp(logits).sum(1, keepdims=True))
+  bonus = (weight * np.maximum(logp - floor, 0)).astype(np.float32)
+  k = tools.shape[1]
+  index, offset = {}, 0
+  for m in range(1, max_size + 1):
+    for row, subset in enumerate(colex_subsets(k, m).tolist()):
+      index[tuple(subset)] = offset + row
+    offset += math.comb(k, m)
+  out = np.zeros((len(tools), offset), np.float32)
+  for qi, row in enumerate(tools.tolist()):
+    where = {t: i for i, t in enumerate(row)}
+    for s, tools_s in enumerate(members.tolist()):
+      real = [t for t in tools_s if t >= 0]
+      if len(real) <= max_size and all(t in where for t in real):
+        out[qi, index[tuple(sorted(where[t] for t in real))]] += bonus[qi, s]
+  return out
 
 
 def greedy_ranking(logits: np.ndarray, pairs: np.ndarray, steps: int) -> np.ndarray:
@@ -533,7 +613,18 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
     if queries is None:
       raise ModelError("this model has a query-conditioned set term: stage2 needs the queries")
     pairs = pairs + conditioned_pairs(model, np.asarray(queries, np.float32), emb, max_size)
-  sets, scores = best_sets(logits, pairs, max_size)
+  if model.prior is not None:
+    if queries is None:
+      raise ModelError("this model has a seen-set prior: stage2 needs the queries")
+    if ranking == "greedy":
+      raise ModelError("the greedy ranking does not support a seen-set prior; use logit, "
+                       "set-first or set-mean")
+    every, members = subset_scores(logits, pairs, max_size)
+    every = every + prior_bonus(model, np.asarray(queries, np.float32), tools, max_size)
+    best = np.argmax(every, axis=1)                                    # first maximum
+    sets, scores = [members[i] for i in best], every[np.arange(q), best]
+  else:
+    sets, scores = best_sets(logits, pairs, max_size)
   if ranking == "logit":
     order = np.broadcast_to(np.arange(k), (q, k))
   elif ranking == "set-first":
@@ -542,8 +633,11 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
       in_set[i, s] = True
     order = _first_then_by_logit(in_set, logits)
   elif ranking == "set-mean":
-    order = _order(-set_mean(logits, pairs, max_size), -logits,
-                   np.broadcast_to(np.arange(k), (q, k)))
+    if model.prior is not None:
+      mean = _mean_per_tool(every, members, k)
+    else:
+      mean = set_mean(logits, pairs, max_size)
+    order = _order(-mean, -logits, np.broadcast_to(np.arange(k), (q, k)))
   else:
     picks = greedy_ranking(logits, pairs, max_size)
     picked = np.zeros((q, k), bool)

@@ -61,6 +61,26 @@ class QueryInteraction(NamedTuple):
   b: jax.Array
 
 
+class SetPrior(NamedTuple):
+  """The seen-set prior beside F (not in the paper; off by default; :mod:`hyset_jax.set_prior`).
+
+  F'(x, E) = F(x, E) + λ · max(0, log p(E | r) − log τ) for E one of the S training gold sets,
+  p a softmax over them on the query embedding r; F' = F for every other set.
+
+  Attributes:
+    members: int32[S, M] tool rows of each seen set, ascending, padded with -1.
+    w: f32[S, d_r].
+    b: f32[S].
+    weight: f32[] λ ≥ 0.
+    floor: f32[] log τ.
+  """
+  members: jax.Array
+  w: jax.Array
+  b: jax.Array
+  weight: jax.Array
+  floor: jax.Array
+
+
 class HysetParams(NamedTuple):
   """θ = (Z, {M_m}, P, q) as a pytree of arrays.
 
@@ -70,12 +90,15 @@ class HysetParams(NamedTuple):
     interactions: M_2..M_M stacked, f32[M - 1, d_z, d_z]; ``interactions[m - 2]`` is M_m.
     tower: the query tower, or None for depth 0 (the paper's model).
     conditioned: the query-conditioned set term, or None (the paper's model).
+    prior: the seen-set prior, or None (the paper's model). Not trained with θ: fitted after
+      it (:mod:`hyset_jax.set_prior`).
   """
   tool_embeddings: jax.Array
   projection: jax.Array
   interactions: jax.Array
   tower: QueryTower | None = None
   conditioned: QueryInteraction | None = None
+  prior: SetPrior | None = None
 
   @property
   def max_set_size(self) -> int:

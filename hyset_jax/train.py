@@ -28,13 +28,13 @@ import optax
 
 from hyset_jax import batches, checkpoints, choices, curves, dry_run, enumeration, inference
 from hyset_jax import losses
-from hyset_jax import model, rewards
+from hyset_jax import model, rewards, set_prior
 from hyset_jax import scoring
 from hyset_jax import sharding
 from hyset_jax import config as config_lib
 from hyset_jax import workdir as workdir_lib
 from hyset_jax.errors import UserError
-from hyset_jax.evaluation import RANK_METRICS, choose_ranking, evaluate_split
+from hyset_jax.evaluation import RANK_METRICS, choose_prior, choose_ranking, evaluate_split
 from hyset_jax.train_data import TrainingData, prepare_data
 
 log = logging.getLogger("hyset_jax.train")
@@ -365,8 +365,10 @@ def _finish(state, loop, data, config, workdir, mlog, seconds) -> dict[str, Any]
   from hyset_jax import modeldir
   mc, pid = config.model, jax.process_index()
   best = modeldir.load_model_dir(workdir / "best") if (workdir / "best").exists() else None
-  ranking, by_ranking = mc.ranking, None
-  if ranking == "auto":
+  ranking, by_ranking, before = mc.ranking, None, best
+  if mc.set_prior and best is not None:
+    best, ranking, by_ranking = _fit_prior(best, data, config)
+  elif ranking == "auto":
     ranking = inference.DEFAULT_RANKING
     if best is not None:
       ranking, by_ranking = choose_ranking(best.params, data.splits[config.data.val_split],
@@ -374,7 +376,7 @@ def _finish(state, loop, data, config, workdir, mlog, seconds) -> dict[str, Any]
       log.info("ranking %r chosen on validation (mean of %s)", ranking, ", ".join(RANK_METRICS))
   params = sharding.to_host(model.materialize(state.theta, mc))  # on every process: a gather
   if pid == 0:
-    if best is not None and best.ranking != ranking:
+    if best is not None and (best.ranking != ranking or best is not before):
       modeldir.save_model_dir(workdir / "best", dataclasses.replace(best, ranking=ranking),
                               force=True)
     workdir_lib.export_model(params, data.tool_ids, data.query_encoder, mc, workdir / "final",
@@ -395,6 +397,27 @@ def _finish(state, loop, data, config, workdir, mlog, seconds) -> dict[str, Any]
       import json
       (workdir / "test_metrics.json").write_text(json.dumps(summary["test"], indent=1) + "\n")
   return summary
+
+
+def _fit_prior(best, data: TrainingData, config: config_lib.Config):
+  """best/ with the seen-set prior fitted on the training queries, its λ and τ (and the
+  ranking, for ``model.ranking=auto``) chosen on validation; without it when no λ > 0 beats it.
+
+  Returns (the model directory to write, the ranking, every candidate's validation metrics).
+  """
+  mc, train_qs = config.model, data.splits[config.data.train_split]
+  best = dataclasses.replace(best, params=best.params._replace(prior=None))  # a rerun refits
+  t0 = time.time()
+  prior = set_prior.fit(train_qs.embeddings, train_qs.gold, mc.max_set_size, config.train.seed)
+  log.info("seen-set prior: %d training sets, fitted in %.0fs", len(prior.b), time.time() - t0)
+  chosen, ranking, table = choose_prior(best.params, prior, data.splits[config.data.val_split],
+                                        data.tool_ids, mc, config.train.eval_batch_size)
+  if chosen is None:
+    log.info("seen-set prior: none chosen on validation (ranking %r)", ranking)
+    return best, ranking, table
+  log.info("seen-set prior: λ = %g, τ = %g, ranking %r chosen on validation",
+           float(chosen.weight), float(np.exp(chosen.floor)), ranking)
+  return dataclasses.replace(best, params=best.params._replace(prior=chosen)), ranking, table
 
 
 def _progress_bar(enabled: bool, total: int, initial: int, name: str):

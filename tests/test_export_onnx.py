@@ -8,7 +8,7 @@ import pytest
 
 from hyset_jax import cli
 
-from test_predict_cli import M, D, write_model_dir
+from test_predict_cli import M, D, N, write_model_dir
 
 
 def extended_tensors(seed: int, depth: int = 1, hidden: int = 5, rank: int = 3) -> dict:
@@ -21,14 +21,35 @@ def extended_tensors(seed: int, depth: int = 1, hidden: int = 5, rank: int = 3) 
           "conditioned_v": f(M - 1, D), "conditioned_b": f(M - 1)}
 
 
-# The paper's model (hyset/1, greedy), and hyset/2 models with the tower and the conditioned
-# term ranked set-first and set-mean: every tensor group and ranking go through the ONNX graphs.
+def prior_tensors(seed: int, sets: int = 60, weight: float = 20.0) -> dict:
+  """hyset/3's seen-set prior over random sets of 1..M of the N tools, a bonus large enough to
+  change the best set of some queries."""
+  rng = np.random.default_rng(seed)
+  rows = set()
+  while len(rows) < sets:  # distinct, as the training gold sets are
+    rows.add(tuple(np.sort(rng.choice(N, 1 + len(rows) % M, replace=False)).tolist()))
+  members = np.full((sets, M), -1, np.int32)
+  for s, row in enumerate(sorted(rows)):
+    members[s, :len(row)] = row
+  return {"prior_members": members,
+          "prior_w": (3 * rng.normal(size=(sets, D))).astype(np.float32),
+          "prior_b": np.zeros(sets, np.float32), "prior_weight": np.array(weight, np.float32),
+          "prior_floor": np.array(np.log(0.01), np.float32)}
+
+
+# The paper's model (hyset/1, greedy), hyset/2 models with the tower and the conditioned term
+# ranked set-first and set-mean, and hyset/3 (the seen-set prior as well): every tensor group
+# and ranking go through the ONNX graphs.
 @pytest.mark.heavy
-@pytest.mark.parametrize("batch,ranking", [(4, None), (4, "set-first"), (3, "set-mean")])
-def test_onnx_matches_predict(tmp_path, batch, ranking):
+@pytest.mark.parametrize("batch,ranking,prior", [(4, None, False), (4, "set-first", False),
+                                                 (3, "set-mean", False), (4, "set-mean", True)])
+def test_onnx_matches_predict(tmp_path, batch, ranking, prior):
   tensors, manifest = None, None
   if ranking:
     tensors, manifest = extended_tensors(5), {"format": "hyset/2", "ranking": ranking}
+  if prior:
+    tensors.update(prior_tensors(6))
+    manifest["format"] = "hyset/3"
   _, info = write_model_dir(tmp_path / "model", tensors=tensors, manifest=manifest, seed=3)
   out = tmp_path / "onnx"
   assert cli.main(["export", "--workdir", str(tmp_path / "model"), "--out", str(out),
@@ -61,6 +82,14 @@ def test_onnx_matches_predict(tmp_path, batch, ranking):
                   "set_size": int(set_size[q]), "set_score": float(set_score[q]),
                   "ranking": [ids[t] for t in ranking[q]],
                   "shortlist": [ids[t] for t in shortlist[q]]})
+  if prior:  # the prior changes some best sets, so the graphs above had it to get right
+    without = {k: v for k, v in tensors.items() if not k.startswith("prior_")}
+    write_model_dir(tmp_path / "plain", tensors=without, manifest=dict(manifest, format="hyset/2"),
+                    seed=3)
+    assert cli.main(["predict", "--model", str(tmp_path / "plain"), "--query-embeddings",
+                     str(tmp_path / "q.npy"), "--out", str(tmp_path / "plain.jsonl")]) == 0
+    plain = [json.loads(line) for line in (tmp_path / "plain.jsonl").read_text().splitlines()]
+    assert any(p["set"] != e["set"] for p, e in zip(plain, expected))
   for g, e in zip(got, expected, strict=True):
     assert g["shortlist"] == e["shortlist"]
     assert g["set"] == e["set"] and g["set_size"] == len(e["set"]) <= M
