@@ -171,6 +171,9 @@ def validate(model: ModelDir, where: pathlib.Path | str = "model",
   if model.ranking is not None and model.ranking not in RANKINGS:
     raise UserError(f"{mwhere}: field 'ranking' is {model.ranking!r}; expected one of "
                     f"{', '.join(RANKINGS)}")
+  if prior is not None and model.default_ranking == "greedy":
+    raise UserError(f"{mwhere}: field 'ranking' is {model.ranking!r} (greedy when absent); a "
+                    f"model with a seen-set prior needs logit, set-first or set-mean")
   for name, a in (("tool_embeddings", z), ("projection", p)):
     if not np.all(np.isfinite(a)):
       raise UserError(f"{where}: tensor {name!r} contains NaN or inf")

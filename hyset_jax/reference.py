@@ -248,6 +248,10 @@ def validate(model: Model, where: str) -> None:
     _validate_conditioned(model.conditioned, p.shape[0], d, model.max_set_size, where)
   if model.prior is not None:
     _validate_prior(model.prior, n, p.shape[0], model.max_set_size, where)
+    if (model.ranking or "greedy") == "greedy":
+      raise ModelError(f"{where}: manifest field 'ranking' is {model.ranking!r} (greedy when "
+                       f"absent); a model with a seen-set prior needs logit, set-first or "
+                       f"set-mean")
   if len(model.tool_ids) != n:
     raise ModelError(f"{where}: manifest 'tool_ids' has {len(model.tool_ids)} ids but "
                      f"'tool_embeddings' has {n} rows")

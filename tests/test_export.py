@@ -192,6 +192,31 @@ def test_stablehlo_loads_and_runs_without_hyset_jax(trained):
                                err_msg=f"stage2 {name}")
 
 
+def test_stablehlo_carries_the_seen_set_prior(trained, tmp_path):
+  """A hyset/3 model's graphs give predict's sets, which the prior changed."""
+  from jax import export as jax_export
+  from hyset_jax import set_prior
+  root, workdir, queries = trained
+  md = modeldir.load_model_dir(workdir / "best")
+  plain = inference.predict(md.params, queries, k1=5, k_pool=12, max_size=4, ranking="logit")
+  gold = [tuple(sorted(int(t) for t in row[1:3])) for row in np.asarray(plain.shortlist)]
+  prior = set_prior.with_weight(set_prior.fit(queries, gold, 4), 20.0, 0.5)
+  with_prior = modeldir.ModelDir(md.params._replace(prior=prior), md.tool_ids, 4, 5, 12, None,
+                                 ranking="set-mean")
+  modeldir.save_model_dir(tmp_path / "m", with_prior)
+  assert export("--workdir", tmp_path / "m", "--out", tmp_path / "s", "--format",
+                "stablehlo") == 0
+  sig = json.loads((tmp_path / "s" / "signature.json").read_text())
+  predict = jax_export.deserialize(bytearray(
+      (tmp_path / "s" / sig["functions"]["predict"]["file"]).read_bytes()))
+  got = [np.asarray(a) for a in predict.call(queries)]
+  want = inference.predict(with_prior.params, queries, k1=5, k_pool=12, max_size=4,
+                           ranking="set-mean")
+  for a, name in zip(got, ["shortlist", "set_tools", "set_size", "set_score", "ranking"]):
+    np.testing.assert_allclose(a, np.asarray(getattr(want, name)), atol=1e-5, err_msg=name)
+  assert np.mean(np.any(np.asarray(want.set_tools) != np.asarray(plain.set_tools), 1)) > 0.5
+
+
 def test_reference_scorer_reproduces_hyset_predict(trained):
   root, workdir, queries = trained
   want = hyset_predict(workdir, root / "queries.npy", root / "pred.jsonl")

@@ -396,3 +396,32 @@ def test_a_model_without_encoder_is_refused(tmp_path, capsys):
   assert "names no query encoder" in capsys.readouterr().err
   assert cli.main(["serve", "--model", str(tmp_path / "m"), "--port", "70000"]) == 2
   assert "cannot listen on 127.0.0.1:70000" in capsys.readouterr().err
+
+
+def test_a_model_with_a_seen_set_prior_serves_what_predict_writes(tmp_path, model_dir, library,
+                                                                  retriever):
+  """hyset/3: the prior changes served sets exactly as it changes predict's, and the greedy
+  ranking (which does not know the prior) is refused by field."""
+  import numpy as np
+  from hyset_jax import modeldir, set_prior
+  from hyset_jax.serve.retriever import FieldError
+  md = modeldir.load_model_dir(model_dir)
+  emb = retriever.encode(serving.QUERIES)
+  plain = retriever.predict(emb, retriever.defaults)
+  index = {t: i for i, t in enumerate(md.tool_ids)}
+  # A prior whose sets are each query's 2nd and 3rd shortlist tools: not what F names.
+  gold = [tuple(sorted(index[t] for t in row["shortlist"][1:3])) for row in plain]
+  prior = set_prior.with_weight(set_prior.fit(emb, gold, md.max_set_size), 20.0, 0.5)
+  with_prior = modeldir.ModelDir(md.params._replace(prior=prior), md.tool_ids, md.max_set_size,
+                                 md.k1, md.k_pool, md.query_encoder, ranking="set-first")
+  modeldir.save_model_dir(tmp_path / "prior", with_prior)
+  served = load_retriever(str(tmp_path / "prior"), [f"mcp:{library}"], max_batch=8,
+                          log=lambda _: None)
+  assert "greedy" not in served.rankings
+  with pytest.raises(FieldError, match="must be one of logit, set-first, set-mean"):
+    served.options(ranking="greedy")
+  rows = served.predict(emb, served.defaults)
+  assert_same(rows, predict_rows(tmp_path, tmp_path / "prior", serving.QUERIES))
+  assert sum(r["set"] != p["set"] for r, p in zip(rows, plain)) >= len(rows) // 2
+  assert np.mean([sorted(r["set"]) == sorted(p["shortlist"][1:3])
+                  for r, p in zip(rows, plain)]) > 0.5

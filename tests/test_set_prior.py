@@ -177,6 +177,12 @@ def test_bad_prior_tensors_are_refused_by_name(tmp_path):
   write({k: v for k, v in good.items() if not k.startswith("prior_")})  # hyset/3 without them
   with pytest.raises(UserError, match="format 'hyset/3'.*needs the seen-set prior"):
     modeldir.load_model_dir(tmp_path / "m")
+  save_file(good, str(ppath))
+  mpath.write_text(json.dumps(dict(manifest, ranking="greedy")))
+  with pytest.raises(UserError, match="field 'ranking' is 'greedy'.*seen-set prior needs"):
+    modeldir.load_model_dir(tmp_path / "m")
+  with pytest.raises(reference.ModelError, match="'ranking' is 'greedy'.*seen-set prior needs"):
+    reference.load_model(tmp_path / "m")
   write({k: v for k, v in good.items() if k != "prior_b"})
   with pytest.raises(UserError, match="missing tensor 'prior_b'"):
     modeldir.load_model_dir(tmp_path / "m")

@@ -172,7 +172,7 @@ def create_app(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float 
     m = retriever.model
     return {"status": "ok", "tools": retriever.num_tools, "max_set_size": m.max_set_size,
             "k1": m.k1, "k_pool": m.k_pool, "query_encoder": m.query_encoder,
-            "rankings": list(RANKINGS), "batching": batcher.stats.as_dict()}
+            "rankings": list(retriever.rankings), "batching": batcher.stats.as_dict()}
 
   return app
 

@@ -98,6 +98,9 @@ class Retriever:
     self.max_batch = max_batch
     # The manifest's ranking (hyset/2); hyset/1 directories have none.
     self.default_ranking = model.default_ranking
+    # A seen-set prior rules out greedy (its marginal gains are under F alone).
+    self.rankings = tuple(r for r in RANKINGS
+                          if model.params.prior is None or r != "greedy")
     self.defaults = Options(model.max_set_size, model.k_pool, self.default_ranking)
     self.warm_texts = list(warm_texts)
     self.cache_dir = cache_dir
@@ -120,8 +123,9 @@ class Retriever:
       raise FieldError("k_pool", f"must be between {low} (above the model's k1 = {m.k1} and "
                                  f"at least max_size) and the library size {n}, got {k_pool}")
     ranking = self.default_ranking if ranking is None else ranking
-    if ranking not in RANKINGS:
-      raise FieldError("ranking", f"must be one of {', '.join(RANKINGS)}, got {ranking!r}")
+    if ranking not in self.rankings:
+      raise FieldError("ranking", f"must be one of {', '.join(self.rankings)} for this model, "
+                                  f"got {ranking!r}")
     return Options(max_size, k_pool, ranking)
 
   def prepared(self, max_size: int) -> inference.PreparedModel:
