@@ -289,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
   # (or one part of F_set) from the preset at a time.
   paper = ["train.tool_loss_weight=0", "train.shortlist_negatives=0",
            "train.exhaustive_loss_weight=0", "model.tower_depth=0", "model.conditioned=false",
-           "model.ranking=greedy"]
+           "model.set_prior=false", "model.ranking=greedy"]
   if args.config == "toollens":  # = configs/paper.py, which keeps the 1,500 steps it was measured
     paper.append("train.num_steps=1500")  # with; other data sets keep their preset's budget
   paper_seeds = args.seeds if args.paper_seeds is None else args.paper_seeds
@@ -335,7 +335,8 @@ def run(args: argparse.Namespace) -> int:
       chosen.setdefault(label, []).append(summary["ranking"])
       if summary["wall_s"] is not None:
         costs.setdefault(label, []).append(summary["wall_s"])
-      if tag.startswith("prior"):  # the same θ without its prior, the ranking chosen for that
+      if config_lib.resolve(args.config, data_override + overrides).model.set_prior:
+        # The same θ without its prior (the ranking chosen for that): the prior's own effect.
         rows["all"].setdefault(f"{label}: the same θ without the prior", []).append(
             without_prior(pathlib.Path(summary["workdir"]) / "best", data, config))
       if tag in ("preset", "zfixed") and seed == seeds[0]:

@@ -15,6 +15,7 @@ def get_config() -> Config:
   c.train.exhaustive_loss_weight = 0.0
   c.model.tower_depth = 0
   c.model.conditioned = False
+  c.model.set_prior = False
   c.model.ranking = "greedy"
   c.train.num_steps = 1500  # the budget its README numbers were measured with
   return c

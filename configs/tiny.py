@@ -15,4 +15,5 @@ def get_config() -> Config:
   # The paper's objective: tiny checks the method, not the preset's additions.
   c.train.tool_loss_weight, c.train.shortlist_negatives = 0.0, 0.0
   c.train.exhaustive_loss_weight = 0.0
+  c.model.set_prior = False
   return c
