@@ -73,13 +73,15 @@ def run_hyset(config_name: str, variant: str, overrides: list[str], seed: int,
 
 
 def ranking_rows(model_dir: pathlib.Path, data, test, mc) -> dict[str, dict]:
-  """The preset model under every ranking (the set Ê is the same under all of them)."""
-  from hyset_jax import modeldir
+  """The preset model under every ranking it supports (greedy not with a seen-set prior); the
+  set Ê is the same under all of them."""
+  from hyset_jax import inference, modeldir
   from hyset_jax.evaluation import evaluate_rankings
   md = modeldir.load_model_dir(model_dir)
   chosen = md.default_ranking
+  names = tuple(r for r in inference.RANKINGS if md.params.prior is None or r != "greedy")
   return {f"ranking {r}" + (" (chosen on validation)" if r == chosen else ""): m
-          for r, m in evaluate_rankings(md.params, test, data.tool_ids, mc, 256).items()}
+          for r, m in evaluate_rankings(md.params, test, data.tool_ids, mc, 256, names).items()}
 
 
 def without_prior(model_dir: pathlib.Path, data, config) -> dict:

@@ -10,7 +10,7 @@ without loading JAX, and every module that needs a list of names takes it from h
 >>> METHOD_CHOICES
 ('auto', 'gather', 'colex', 'matmul', 'matmul_bf16', 'native')
 >>> RANKINGS
-('greedy', 'logit', 'set-first', 'set-mean')
+('greedy', 'logit', 'set-first', 'set-mean', 'set-max')
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ PORTABLE_METHOD: EnumerationMethod = "gather"
 
 # How the K_pool shortlist tools are ranked (hyset_jax.inference.rank_tools). The delivered set
 # is the exact argmax of Eq. 14 under every ranking; only the ranked list differs.
-Ranking = Literal["greedy", "logit", "set-first", "set-mean"]
+Ranking = Literal["greedy", "logit", "set-first", "set-mean", "set-max"]
 RANKINGS: tuple[str, ...] = get_args(Ranking)
 DEFAULT_RANKING: Ranking = "greedy"
 

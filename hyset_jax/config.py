@@ -79,9 +79,10 @@ class ModelConfig:
   # sets on r, added to F for those sets with a weight λ (and floor τ) chosen on validation,
   # where λ = 0 (no prior) competes too. For sets that repeat training sets; off = the paper.
   set_prior: bool = False
-  # The ranking recorded in the model directory: "auto" picks greedy, logit, set-first or
-  # set-mean on the validation split after training (the delivered set is the same for all).
-  ranking: Literal["auto", "greedy", "logit", "set-first", "set-mean"] = "auto"
+  # The ranking recorded in the model directory: "auto" picks greedy, logit, set-first,
+  # set-mean or set-max on the validation split after training (the delivered set is the same
+  # for all).
+  ranking: Literal["auto", "greedy", "logit", "set-first", "set-mean", "set-max"] = "auto"
 
 
 @dataclasses.dataclass
@@ -167,8 +168,8 @@ def validate(config: Config) -> Config:
   if m.conditioned_rank < 0:
     raise UserError(f"model.conditioned_rank must be ≥ 0, got {m.conditioned_rank}")
   if m.set_prior and m.ranking == "greedy":
-    raise UserError("model.set_prior=true needs model.ranking auto, logit, set-first or "
-                    "set-mean: the greedy ranking's marginal gains are under F alone")
+    raise UserError("model.set_prior=true needs model.ranking auto, logit, set-first, "
+                    "set-mean or set-max: the greedy ranking's marginal gains are under F alone")
   if m.tower_depth < 0 or m.tower_hidden < 0:
     raise UserError(f"model.tower_depth and model.tower_hidden must be ≥ 0, got "
                     f"{m.tower_depth} and {m.tower_hidden}")

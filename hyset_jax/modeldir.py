@@ -19,7 +19,7 @@ Layout::
   manifest.json        {"format": "hyset/2" or "hyset/3", "tool_ids": [...N ids, row order...],
                         "max_set_size": M, "k1": K1, "k_pool": K_pool,
                         "query_encoder": "..." or null,
-                        "ranking": "greedy"|"logit"|"set-first"|"set-mean"}
+                        "ranking": "greedy"|"logit"|"set-first"|"set-mean"|"set-max"}
 
 Loading validates everything and raises :class:`UserError` naming the tensor or field at fault.
 Writing goes to a temporary directory renamed into place, so a killed export never leaves a
@@ -173,7 +173,7 @@ def validate(model: ModelDir, where: pathlib.Path | str = "model",
                     f"{', '.join(RANKINGS)}")
   if prior is not None and model.default_ranking == "greedy":
     raise UserError(f"{mwhere}: field 'ranking' is {model.ranking!r} (greedy when absent); a "
-                    f"model with a seen-set prior needs logit, set-first or set-mean")
+                    f"model with a seen-set prior needs logit, set-first, set-mean or set-max")
   for name, a in (("tool_embeddings", z), ("projection", p)):
     if not np.all(np.isfinite(a)):
       raise UserError(f"{where}: tensor {name!r} contains NaN or inf")

@@ -37,13 +37,14 @@ The rules, float32 throughout as in JAX:
   each subset that is one of the prior's sets s (p = softmax(r wᵀ + b) over them, r the query
   embedding itself), F' = F for the others; the best set is the first maximum of F' in the
   order above (``hyset predict`` keeps the argmax of F unless a prior set is strictly above it:
-  the two differ only on exact ties). ``set-mean`` averages F'; ``greedy`` is refused.
+  the two differ only on exact ties). ``set-mean`` and ``set-max`` use F'; ``greedy`` is refused.
 - Ranking (``--ranking``, default the manifest's ``ranking``, else ``greedy``): ``greedy`` is M
   greedy picks (A_k = A_{k−1} ∪ argmax_t F(A_{k−1} ∪ {t}), ties to the earlier shortlist
   position), then the rest of the shortlist by descending ℓ (ties: earlier position); ``logit``
   is the shortlist order itself; ``set-first`` is the best set, then the rest, each by
   descending ℓ (ties: earlier position); ``set-mean`` is the shortlist by the mean F of the
-  subsets above that contain each tool, descending (ties: higher ℓ, then earlier position).
+  subsets above that contain each tool, descending (ties: higher ℓ, then earlier position);
+  ``set-max`` the same by the largest F of those subsets.
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ import numpy as np
 
 # hyset/2 adds the query tower, the conditioned term and the ranking field; hyset/3 the prior.
 FORMATS = ("hyset/1", "hyset/2", "hyset/3")
-RANKINGS = ("greedy", "logit", "set-first", "set-mean")
+RANKINGS = ("greedy", "logit", "set-first", "set-mean", "set-max")
 # hyset/2's optional tensor groups, stored as "<group>_<field>".
 GROUPS = {"tower": ("w_in", "b_in", "w_out", "b_out"), "conditioned": ("u", "w", "v", "b"),
           "prior": ("members", "w", "b", "weight", "floor")}
@@ -250,8 +251,8 @@ def validate(model: Model, where: str) -> None:
     _validate_prior(model.prior, n, p.shape[0], model.max_set_size, where)
     if (model.ranking or "greedy") == "greedy":
       raise ModelError(f"{where}: manifest field 'ranking' is {model.ranking!r} (greedy when "
-                       f"absent); a model with a seen-set prior needs logit, set-first or "
-                       f"set-mean")
+                       f"absent); a model with a seen-set prior needs logit, set-first, "
+                       f"set-mean or set-max")
   if len(model.tool_ids) != n:
     raise ModelError(f"{where}: manifest 'tool_ids' has {len(model.tool_ids)} ids but "
                      f"'tool_embeddings' has {n} rows")
@@ -523,6 +524,14 @@ def _mean_per_tool(scores: np.ndarray, members: list, k: int) -> np.ndarray:
   return (scores @ incidence) / incidence[:, 0].sum()
 
 
+def _max_per_tool(scores: np.ndarray, members: list, k: int) -> np.ndarray:
+  """f32[Q, K]: the largest score of the subsets that contain each shortlist position."""
+  incidence = np.zeros((k, len(members)), bool)
+  for i, positions in enumerate(members):
+    incidence[positions, i] = True
+  return np.stack([np.max(scores[:, incidence[t]], axis=1) for t in range(k)], axis=1)
+
+
 def prior_bonus(model: Model, queries: np.ndarray, tools: np.ndarray,
                 max_size: int) -> np.ndarray:
   """The seen-set prior's bonus on every subset of each shortlist, f32[Q, n] in table order
@@ -622,7 +631,7 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
       raise ModelError("this model has a seen-set prior: stage2 needs the queries")
     if ranking == "greedy":
       raise ModelError("the greedy ranking does not support a seen-set prior; use logit, "
-                       "set-first or set-mean")
+                       "set-first, set-mean or set-max")
     every, members = subset_scores(logits, pairs, max_size)
     every = every + prior_bonus(model, np.asarray(queries, np.float32), tools, max_size)
     best = np.argmax(every, axis=1)                                    # first maximum
@@ -636,12 +645,11 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
     for i, s in enumerate(sets):
       in_set[i, s] = True
     order = _first_then_by_logit(in_set, logits)
-  elif ranking == "set-mean":
-    if model.prior is not None:
-      mean = _mean_per_tool(every, members, k)
-    else:
-      mean = set_mean(logits, pairs, max_size)
-    order = _order(-mean, -logits, np.broadcast_to(np.arange(k), (q, k)))
+  elif ranking in ("set-mean", "set-max"):
+    if model.prior is None:
+      every, members = subset_scores(logits, pairs, max_size)
+    per_tool = (_mean_per_tool if ranking == "set-mean" else _max_per_tool)(every, members, k)
+    order = _order(-per_tool, -logits, np.broadcast_to(np.arange(k), (q, k)))
   else:
     picks = greedy_ranking(logits, pairs, max_size)
     picked = np.zeros((q, k), bool)

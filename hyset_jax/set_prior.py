@@ -102,11 +102,14 @@ class SeenSets(NamedTuple):
     score: f32[Q] its F'.
     member_bonus: f32[Q, K]: for each shortlist position, the sum of the bonuses of the seen
       sets inside the shortlist that contain it (what the ``set-mean`` ranking adds).
+    member_best: f32[Q, K]: for each shortlist position, the largest F' of a seen set with a
+      positive bonus that contains it, -inf if none (what ``set-max`` compares with F's).
   """
   wins: jax.Array
   positions: jax.Array
   score: jax.Array
   member_bonus: jax.Array
+  member_best: jax.Array
 
 
 def seen_sets(prior: SetPrior, query_emb: jax.Array, tools: jax.Array, logits: jax.Array,
@@ -134,9 +137,10 @@ def seen_sets(prior: SetPrior, query_emb: jax.Array, tools: jax.Array, logits: j
   score = jnp.take_along_axis(total, s[:, None], axis=1)[:, 0]
   best = jnp.sort(jnp.take_along_axis(positions, s[:, None, None], axis=1)[:, 0], axis=1)
   # Members of a set inside have size ≤ M, so after the sort its first M slots hold them all.
-  onehot = (positions[..., None] == jnp.arange(k)).astype(extra.dtype)   # [Q, S, M', K]
+  member = positions[..., None] == jnp.arange(k)                        # [Q, S, M', K]
+  member_best = jnp.max(jnp.where(member, total[:, :, None, None], -jnp.inf), axis=(1, 2))
   return SeenSets(score > best_score, best[:, :max_size], score,
-                  jnp.einsum("qs,qsmk->qk", extra, onehot))
+                  jnp.einsum("qs,qsmk->qk", extra, member.astype(extra.dtype)), member_best)
 
 
 def fit(query_emb: np.ndarray, gold: Sequence[Sequence[int]], max_size: int, seed: int = 0

@@ -41,8 +41,9 @@ def prior_tensors(seed: int, sets: int = 60, weight: float = 20.0) -> dict:
 # ranked set-first and set-mean, and hyset/3 (the seen-set prior as well): every tensor group
 # and ranking go through the ONNX graphs.
 @pytest.mark.heavy
-@pytest.mark.parametrize("batch,ranking,prior", [(4, None, False), (4, "set-first", False),
-                                                 (3, "set-mean", False), (4, "set-mean", True)])
+@pytest.mark.parametrize("batch,ranking,prior", [
+    (4, None, False), (4, "set-first", False), (3, "set-mean", False), (4, "set-max", False),
+    (4, "set-mean", True), (3, "set-max", True)])
 def test_onnx_matches_predict(tmp_path, batch, ranking, prior):
   tensors, manifest = None, None
   if ranking:

@@ -418,7 +418,7 @@ def test_a_model_with_a_seen_set_prior_serves_what_predict_writes(tmp_path, mode
   served = load_retriever(str(tmp_path / "prior"), [f"mcp:{library}"], max_batch=8,
                           log=lambda _: None)
   assert "greedy" not in served.rankings
-  with pytest.raises(FieldError, match="must be one of logit, set-first, set-mean"):
+  with pytest.raises(FieldError, match="must be one of logit, set-first, set-mean, set-max"):
     served.options(ranking="greedy")
   rows = served.predict(emb, served.defaults)
   assert_same(rows, predict_rows(tmp_path, tmp_path / "prior", serving.QUERIES))

@@ -65,6 +65,8 @@ def test_best_set_and_set_mean_are_exact_under_the_prior(method):
   with_prior = params._replace(prior=prior)
   got = inference.predict(with_prior, queries, k1=K1, k_pool=K, max_size=M, method=method,
                           ranking="set-mean")
+  by_max = inference.predict(with_prior, queries, k1=K1, k_pool=K, max_size=M, method=method,
+                             ranking="set-max")
   changed = 0
   for q in range(len(queries)):
     scores = brute_f_prime(with_prior, prior, queries[q].astype(np.float64),
@@ -78,6 +80,11 @@ def test_best_set_and_set_mean_are_exact_under_the_prior(method):
     mean = {t: np.mean([v for s, v in scores.items() if t in s]) for t in got.shortlist[q].tolist()}
     means = [mean[t] for t in np.asarray(got.ranking[q]).tolist()]
     assert all(a >= b - 1e-4 for a, b in zip(means, means[1:]))
+    # set-max: by the best F' of a subset that contains the tool; Ê's members first
+    best_of = {t: max(v for s, v in scores.items() if t in s) for t in got.shortlist[q].tolist()}
+    order = np.asarray(by_max.ranking[q]).tolist()
+    assert set(order[:len(best)]) == set(best)
+    assert all(best_of[a] >= best_of[b] - 1e-4 for a, b in zip(order, order[1:]))
   assert changed >= 3  # the prior mattered in this test
   count = enumeration.subsets_containing(K, M)
   assert count == sum(1 for m in range(1, M + 1) for s in itertools.combinations(range(K), m)
@@ -121,7 +128,7 @@ def test_hyset3_round_trip_reference_and_npz(tmp_path):
   export.write_npz(tmp_path / "npz", back)
   for source in (tmp_path / "m", tmp_path / "npz"):
     ref = reference.load_model(source)
-    for ranking in ("logit", "set-first", "set-mean"):
+    for ranking in ("logit", "set-first", "set-mean", "set-max"):
       got = inference.predict_batched(back.params, queries, k1=K1, k_pool=K, max_size=M,
                                       ranking=ranking)
       rows = reference.predict(ref, queries, ranking=ranking)

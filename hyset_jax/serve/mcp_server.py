@@ -35,7 +35,7 @@ class SearchResult(BaseModel):
   tools: list[RetrievedTool] = Field(description="the retrieved set: the tools to use together")
   set_score: float = Field(description="the set's score F(x, E)")
   ranking: list[str] = Field(description="the shortlist's tool ids, best first, by the model's "
-                                         "ranking method (greedy, logit, set-first or set-mean)")
+                                         "ranking method (greedy, logit, set-first, set-mean or set-max)")
 
 
 def mcp_tool(definition: dict) -> RetrievedTool:
