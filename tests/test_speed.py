@@ -216,11 +216,12 @@ def test_rankings_match_brute_force():
         want = shortlist
       elif ranking == "set-first":
         want = by_ell(best) + by_ell([t for t in shortlist if t not in best])
-      elif ranking == "set-mean":
+      elif ranking in ("set-mean", "set-max"):
         sets = [e for size in range(1, m + 1) for e in itertools.combinations(shortlist, size)]
         f = {e: ref.score(r[q], z, p, ms, list(e)) for e in sets}
-        mean = {t: np.mean([v for e, v in f.items() if t in e]) for t in shortlist}
-        want = sorted(shortlist, key=lambda t: (-mean[t], -ell[t], shortlist.index(t)))
+        pool = np.mean if ranking == "set-mean" else np.max
+        per_tool = {t: pool([v for e, v in f.items() if t in e]) for t in shortlist}
+        want = sorted(shortlist, key=lambda t: (-per_tool[t], -ell[t], shortlist.index(t)))
       else:
         want = greedy + by_ell([t for t in shortlist if t not in greedy])
       assert list(pred.ranking[q]) == want, ranking
