@@ -126,6 +126,23 @@ def _first_then_by_logit(first: jax.Array, logits: jax.Array) -> jax.Array:
   return jax.lax.sort((~first, -logits, pos), dimension=1, num_keys=3)[2]
 
 
+def _per_tool(logits: jax.Array, pairs: jax.Array, max_size: int, pool: str) -> jax.Array:
+  """The mean or the max of F over the shortlist subsets containing each tool: f32[Q, K]."""
+  k = logits.shape[1]
+  table = enumeration.subset_table(k, max_size)
+  sub = enumeration.score_subsets(logits, pairs, table, "gather")       # [Q, n], table order
+  # Member incidence f32[K, n] in table order: the matmul scorer's A_m, sizes side by side.
+  incidence = np.concatenate([a for a, _ in enumeration._incidence(k, max_size)], axis=1)
+  if pool == "mean":
+    per_slot = (sub.scores @ incidence.T) / incidence[0].sum()          # [Q, K], table slots
+  else:
+    per_slot = jnp.max(jnp.where(incidence[None] > 0, sub.scores[:, None, :], -jnp.inf), -1)
+  # Table slot j of query q is shortlist position sub.positions[q, j] (a one-hot product, not
+  # a scatter: it converts to ONNX as it stands).
+  slot_to_position = (sub.positions[:, :, None] == jnp.arange(k)).astype(per_slot.dtype)
+  return jnp.einsum("qj,qjk->qk", per_slot, slot_to_position)
+
+
 def set_mean(logits: jax.Array, pairs: jax.Array, max_size: int) -> jax.Array:
   """The mean F of the shortlist subsets (sizes 1..M) that contain each shortlist tool.
 
@@ -138,16 +155,7 @@ def set_mean(logits: jax.Array, pairs: jax.Array, max_size: int) -> jax.Array:
   Returns:
     f32[Q, K] in shortlist order.
   """
-  k = logits.shape[1]
-  table = enumeration.subset_table(k, max_size)
-  sub = enumeration.score_subsets(logits, pairs, table, "gather")       # [Q, n], table order
-  # Member incidence f32[K, n] in table order: the matmul scorer's A_m, sizes side by side.
-  incidence = np.concatenate([a for a, _ in enumeration._incidence(k, max_size)], axis=1)
-  per_slot = (sub.scores @ incidence.T) / incidence[0].sum()            # [Q, K], table slots
-  # Table slot j of query q is shortlist position sub.positions[q, j] (a one-hot product, not
-  # a scatter: it converts to ONNX as it stands).
-  slot_to_position = (sub.positions[:, :, None] == jnp.arange(k)).astype(per_slot.dtype)
-  return jnp.einsum("qj,qjk->qk", per_slot, slot_to_position)
+  return _per_tool(logits, pairs, max_size, "mean")
 
 
 def set_max(logits: jax.Array, pairs: jax.Array, max_size: int) -> jax.Array:
@@ -155,20 +163,9 @@ def set_max(logits: jax.Array, pairs: jax.Array, max_size: int) -> jax.Array:
 
   The members of the best set share the largest value; the next tool is the one whose best
   set is the runner-up, and so on: the shortlist in the order of the best sets it takes part in.
-
-  Args:
-    logits: f32[Q, K] ℓ of the shortlist; pairs: f32[Q, M−1, K, K] G_m; max_size: M.
-
-  Returns:
-    f32[Q, K] in shortlist order.
+  Arguments and result as :func:`set_mean`.
   """
-  k = logits.shape[1]
-  table = enumeration.subset_table(k, max_size)
-  sub = enumeration.score_subsets(logits, pairs, table, "gather")       # [Q, n], table order
-  member = np.concatenate([a for a, _ in enumeration._incidence(k, max_size)], axis=1) > 0
-  per_slot = jnp.max(jnp.where(member[None], sub.scores[:, None, :], -jnp.inf), axis=-1)
-  slot_to_position = (sub.positions[:, :, None] == jnp.arange(k)).astype(per_slot.dtype)
-  return jnp.einsum("qj,qjk->qk", per_slot, slot_to_position)
+  return _per_tool(logits, pairs, max_size, "max")
 
 
 def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
