@@ -14,7 +14,7 @@ fitted after θ, on the training queries; :func:`hyset_jax.retrievers.heads.fit_
 and τ are chosen on validation data. The bonus is never negative and is 0 for every set that
 is not a seen set, so the exact argmax of F' over all subsets of the shortlist is either the
 enumeration's argmax E₀ of F or a seen set inside the shortlist whose bonus lifts it above
-F(E₀): stage 2 stays one enumeration plus a gather over the S seen sets (:func:`best_sets`),
+F(E₀): stage 2 stays one enumeration plus a gather over the S seen sets (:func:`seen_sets`),
 and the enumeration kernels do not change. λ = 0 is the model without the prior.
 
 Ties: a seen set replaces E₀ only when its F' is strictly larger; among seen sets, the first
