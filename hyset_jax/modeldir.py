@@ -43,6 +43,7 @@ PRIOR_FORMAT = "hyset/3"  # hyset/2 plus the seen-set prior's tensors
 READABLE = ("hyset/1", "hyset/2", "hyset/3")
 # Optional tensor groups: all of a group or none. The prior's only in (and always in) hyset/3.
 GROUPS = {"tower": QueryTower, "conditioned": QueryInteraction, "prior": SetPrior}
+INT_TENSORS = ("prior_members",)  # tool rows; every other tensor is f32
 PARAMS_FILE = "params.safetensors"
 MANIFEST_FILE = "manifest.json"
 # Symmetry and unit-norm tolerances: loose enough for f32 round-trips through other stacks,
@@ -272,12 +273,12 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
     raise UserError(f"{ppath}: unexpected tensor(s) {', '.join(map(repr, extra))} for "
                     f"max_set_size = {max_set_size}")
   for name in expected:
-    kind = np.integer if name == "prior_members" else np.floating
+    kind = np.integer if name in INT_TENSORS else np.floating
     if not np.issubdtype(tensors[name].dtype, kind):
       raise UserError(f"{ppath}: tensor {name!r} must be "
                       f"{'integer' if kind is np.integer else 'floating point'}, got "
                       f"{tensors[name].dtype}")
-  f32 = {k: np.asarray(v, np.int32 if k == "prior_members" else np.float32)
+  f32 = {k: np.asarray(v, np.int32 if k in INT_TENSORS else np.float32)
          for k, v in tensors.items()}
   if f32["tool_embeddings"].ndim != 2:
     raise UserError(f"{ppath}: tensor 'tool_embeddings' must be [N, d_z], "
@@ -309,7 +310,7 @@ def tensors(params: HysetParams, max_set_size: int) -> dict[str, np.ndarray]:
     if values is not None:
       # np.asarray(order="C"), not ascontiguousarray: λ and log τ stay 0-d.
       out.update({f"{group}_{k}": np.asarray(
-          v, np.int32 if (group, k) == ("prior", "members") else np.float32, order="C")
+          v, np.int32 if f"{group}_{k}" in INT_TENSORS else np.float32, order="C")
                   for k, v in values._asdict().items()})
   return out
 

@@ -52,7 +52,8 @@ def shortlist_positions(members: jax.Array, tools: jax.Array, max_size: int
 
   Returns:
     (positions int32[Q, S, M'] (K for padding and for members outside the shortlist),
-     member mask bool[S, M'], inside bool[Q, S]: every member is in the shortlist).
+     member mask bool[S, M'], inside bool[Q, S]: every member is in the shortlist,
+     hit bool[Q, S, M', K]: member slot j of set s is shortlist position k).
   """
   k = tools.shape[1]
   real = members >= 0                                                   # [S, M']
@@ -61,7 +62,7 @@ def shortlist_positions(members: jax.Array, tools: jax.Array, max_size: int
   positions = jnp.where(found, jnp.argmax(hit, axis=-1), k).astype(jnp.int32)
   small = jnp.sum(real, axis=-1) <= max_size                            # [S]
   inside = jnp.all(found | ~real, axis=-1) & small & jnp.any(real, axis=-1)
-  return positions, real, inside
+  return positions, real, inside, hit
 
 
 def seen_set_scores(logits: jax.Array, pairs: jax.Array, positions: jax.Array,
@@ -127,8 +128,7 @@ def seen_sets(prior: SetPrior, query_emb: jax.Array, tools: jax.Array, logits: j
   Returns:
     SeenSets.
   """
-  k = tools.shape[1]
-  positions, real, inside = shortlist_positions(prior.members, tools, max_size)
+  positions, real, inside, member = shortlist_positions(prior.members, tools, max_size)
   extra = jnp.where(inside, bonus(prior, query_emb), 0.0)               # [Q, S]
   # Only a set with a positive bonus can beat E₀: F(E₀) ≥ F of every subset of the shortlist.
   total = jnp.where(inside & (extra > 0),
@@ -137,7 +137,6 @@ def seen_sets(prior: SetPrior, query_emb: jax.Array, tools: jax.Array, logits: j
   score = jnp.take_along_axis(total, s[:, None], axis=1)[:, 0]
   best = jnp.sort(jnp.take_along_axis(positions, s[:, None, None], axis=1)[:, 0], axis=1)
   # Members of a set inside have size ≤ M, so after the sort its first M slots hold them all.
-  member = positions[..., None] == jnp.arange(k)                        # [Q, S, M', K]
   member_best = jnp.max(jnp.where(member, total[:, :, None, None], -jnp.inf), axis=(1, 2))
   return SeenSets(score > best_score, best[:, :max_size], score,
                   jnp.einsum("qs,qsmk->qk", extra, member.astype(extra.dtype)), member_best)

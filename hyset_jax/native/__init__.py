@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import math
 import os
 import pathlib
 import platform
@@ -46,6 +45,7 @@ import threading
 import jax
 import jax.numpy as jnp
 
+from hyset_jax.enumeration import count_subsets
 from hyset_jax.errors import UserError
 
 SOURCES = tuple(pathlib.Path(__file__).with_name(f)
@@ -184,8 +184,7 @@ def scratch_bytes(k: int, max_size: int, all_scores: bool) -> int:
   floats = LANES * (k + 2 * pairs + 2 * (max_size - 1) * pairs
                     + max_size * (max_size + 1) * (1 + k))
   ints = LANES * k
-  n = sum(math.comb(k, m) for m in range(1, max_size + 1))
-  return 4 * (floats + ints + (n * LANES if all_scores else 0))
+  return 4 * (floats + ints + (count_subsets(k, max_size) * LANES if all_scores else 0))
 
 
 def _check(logits: jax.Array, pairs: jax.Array, all_scores: bool = False) -> tuple[int, int]:
@@ -201,7 +200,7 @@ def _check_fits(k: int, max_size: int, all_scores: bool = False) -> None:
   if k > MAX_POOL:
     raise UserError(f"K_pool = {k} is beyond the native kernel (K ≤ {MAX_POOL}); use --method "
                     "gather")
-  n = sum(math.comb(k, m) for m in range(1, max_size + 1))
+  n = count_subsets(k, max_size)
   if n >= 2 ** 31:
     raise UserError(f"K_pool = {k}, M = {max_size} is beyond the native kernel: {n} subsets, "
                     "over its int32 rows; use --method gather")
@@ -221,8 +220,7 @@ def _ffi(name: str, result):
 def fits(k: int, max_size: int, all_scores: bool = False) -> bool:
   """Whether the kernels take a shortlist of K tools and sets of up to M (``auto`` runs the
   gather form otherwise)."""
-  n = sum(math.comb(k, m) for m in range(1, max_size + 1))
-  return (k <= MAX_POOL and n < 2 ** 31   # rows are int32
+  return (k <= MAX_POOL and count_subsets(k, max_size) < 2 ** 31   # rows are int32
           and scratch_bytes(k, max_size, all_scores) <= SCRATCH_LIMIT_BYTES)
 
 
