@@ -1,6 +1,7 @@
 """One-core timing of the native stage-2 kernel alone, before/after comparisons included.
 
   python -m benchmarks.native_stage2 [--compare REV ...] [--rounds 3] [--json FILE] [--force]
+      [--model DIR --config NAME]
 
 Compiles benchmarks/native/stage2_timing.cc around ``hyset_jax/native/subsets.cc`` (and around
 the same file at each git revision given to ``--compare``) with the kernel's own flags, and
@@ -11,6 +12,11 @@ and for every score, best of 20 repeats, in µs per query. No XLA, no thread poo
 kernel's code costs, which the shared machine's two-core ratios (``hyset bench enumerate``)
 blur by tens of percent. The JSON keeps every run; the Markdown table (stdout) the median per
 build.
+
+The best-set output passes over subtrees of subsets whose bound cannot beat a set already
+scored (docs/speed.md), so its time depends on the inputs: ``--model DIR --config NAME`` times
+the stage-2 inputs (ℓ and G_m of each shortlist) of a trained model directory on the config's
+test queries (the first 1,024, repeated when there are fewer) instead of random ones.
 """
 from __future__ import annotations
 
@@ -49,6 +55,35 @@ def build(label: str, source: pathlib.Path, workdir: pathlib.Path) -> pathlib.Pa
   return exe
 
 
+QUERIES = 1024
+
+
+def trained_inputs(model_dir: str, config_name: str, path: pathlib.Path) -> tuple[int, int]:
+  """Writes ℓ f32[Q, K] then G f32[Q, M−1, K, K] of the model's shortlists for the config's
+  first 1,024 test queries (repeated when fewer) to ``path``; returns (K, M)."""
+  import numpy as np
+  from hyset_jax import config as config_lib, inference
+  from hyset_jax.encoder import encode_cached, load_encoder
+  from hyset_jax.errors import UserError
+  from hyset_jax.modeldir import load_model_dir
+  from hyset_jax.train_data import load_config_dataset
+
+  model = load_model_dir(model_dir)
+  if model.query_encoder is None:
+    raise UserError(f"{model_dir}: the model directory names no query encoder")
+  c = config_lib.resolve(config_name).data
+  test = load_config_dataset(c, model.max_set_size).split(c.test_split)
+  texts = [test[i % len(test)].text for i in range(QUERIES)]
+  emb = encode_cached(load_encoder(model.query_encoder), texts)
+  prep = inference.prepare(model.params, max_size=model.max_set_size, k_pool=model.k_pool)
+  sl = inference.shortlist_prepared(prep, emb, model.k1, model.k_pool)
+  pairs = inference.pair_matrices_prepared(prep, emb, sl.tools)
+  with open(path, "wb") as f:
+    f.write(np.asarray(sl.logits, np.float32).tobytes())
+    f.write(np.asarray(pairs, np.float32).tobytes())
+  return model.k_pool, model.max_set_size
+
+
 def source_at(rev: str, workdir: pathlib.Path) -> pathlib.Path:
   """subsets.cc and parallel.h as they were at git revision ``rev``."""
   from hyset_jax.errors import UserError
@@ -70,6 +105,9 @@ def run(args) -> int:
 
   if args.rounds < 1:
     raise UserError(f"--rounds must be at least 1, got {args.rounds}")
+  if bool(args.model) != bool(args.config):
+    raise UserError("--model and --config go together (a trained model directory and the "
+                    "config whose test queries it scores)")
   out = io_utils.output_file(args.json, args.force, flag="--json") if args.json else None
   pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
   results: dict[str, list[dict]] = {}
@@ -77,10 +115,14 @@ def run(args) -> int:
     workdir = pathlib.Path(tmp)
     sources = {"working tree": KERNEL, **{rev: source_at(rev, workdir) for rev in args.compare}}
     exes = {label: build(f"b{i}", src, workdir) for i, (label, src) in enumerate(sources.items())}
+    shape, inputs = ["20", "5"], []
+    if args.model:
+      k, m = trained_inputs(args.model, args.config, workdir / "inputs.f32")
+      shape, inputs = [str(k), str(m)], [str(workdir / "inputs.f32")]
     for r in range(args.rounds):
       for label, exe in exes.items():
-        done = subprocess.run([*pin, str(exe), "1024", "20", "5", "20"], capture_output=True,
-                              text=True)
+        done = subprocess.run([*pin, str(exe), str(QUERIES), *shape, "20", *inputs],
+                              capture_output=True, text=True)
         if done.returncode != 0:
           raise UserError(f"the timing harness for {label} failed (exit {done.returncode}):\n"
                           f"{done.stderr[-2000:]}")
@@ -95,7 +137,8 @@ def run(args) -> int:
     lines.append(f"| {label} | {med[0]:.2f} | {med[1]:.2f} | {med[2]:.2f} | {len(rows)} |")
   print("\n".join(lines))
   if out is not None:
-    out.write_text(json.dumps({"pinned": bool(pin), "runs": results}, indent=1) + "\n")
+    out.write_text(json.dumps({"pinned": bool(pin), "inputs": args.model or "random",
+                               "config": args.config, "runs": results}, indent=1) + "\n")
   return 0
 
 
@@ -108,6 +151,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--rounds", type=int, default=3, help="runs of each build, in turn")
   parser.add_argument("--json", metavar="FILE", help="write every run here")
   parser.add_argument("--force", action="store_true", help="replace an existing --json file")
+  parser.add_argument("--model", metavar="DIR",
+                      help="time a trained model directory's stage-2 inputs (with --config)")
+  parser.add_argument("--config", metavar="NAME", help="the config whose test queries to use")
   parser.set_defaults(func=run, argv=list(sys.argv[1:] if argv is None else argv))
   return cli.run(parser, argv)
 

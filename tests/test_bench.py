@@ -109,3 +109,36 @@ def test_native_stage2_timing_runs_the_kernels_code(tmp_path, capsys):
   assert native_stage2.main(["--compare", "no-such-rev", "--json", str(tmp_path / "x.json")]) == 2
   assert "git cannot show" in capsys.readouterr().err
   assert native_stage2.main(["--json", str(out)]) == 2          # exists: needs --force
+
+
+def test_native_stage2_timing_on_a_trained_models_inputs(tmp_path, capsys):
+  """--model/--config times the stage-2 inputs of a trained model directory on the config's
+  test queries: the harness reads them (its checksum, 20 × the last query's best score plus
+  its last subset's score, is the one the JAX gather form gives on those inputs)."""
+  import numpy as np
+  from benchmarks import native_stage2
+  from test_encoder import write_tiny_model
+  enc = write_tiny_model(tmp_path / "enc", pooling="mean")
+  work = tmp_path / "work"
+  assert cli.main(["train", "--config", "tiny", "--set", f"model.encoder={enc}", "--set",
+                   "train.num_steps=2", "--set", "train.eval_every=2", "--workdir", str(work),
+                   "--no-progress"]) == 0
+  out = tmp_path / "stage2.json"
+  assert native_stage2.main(["--rounds", "1", "--json", str(out), "--model", str(work / "best"),
+                             "--config", "tiny"]) == 0
+  result = json.loads(out.read_text())
+  assert result["inputs"] == str(work / "best") and result["config"] == "tiny"
+  run = result["runs"]["working tree"][0]
+  k, m = native_stage2.trained_inputs(str(work / "best"), "tiny", tmp_path / "in.f32")
+  assert (run["k_pool"], run["max_size"]) == (k, m) == (10, 3)
+  raw = np.fromfile(tmp_path / "in.f32", np.float32)
+  q = native_stage2.QUERIES
+  logits, pairs = raw[:q * k].reshape(q, k), raw[q * k:].reshape(q, m - 1, k, k)
+  table = enumeration.subset_table(k, m)
+  best = enumeration.best_subset(logits[-1:], pairs[-1:], table, "gather")
+  every = enumeration.score_subsets(logits[-1:], pairs[-1:], table, "gather")
+  want = 20 * (float(best.scores[0, 0]) + float(every.scores[0, -1]))
+  assert math.isclose(run["checksum"], want, rel_tol=1e-4, abs_tol=1e-4)
+  # --model without --config (or the reverse) is a clear error.
+  assert native_stage2.main(["--model", str(work / "best")]) == 2
+  assert "go together" in capsys.readouterr().err

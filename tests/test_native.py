@@ -67,6 +67,42 @@ def test_native_ties_resolve_as_gather():
   assert_same_as_gather(logits, pairs, k, m)
 
 
+# The best-only kernel passes over subtrees whose bound cannot beat a set already scored
+# (subsets.cc, Prunable): its answer must stay the first maximum whatever the balance of the
+# pair terms against ℓ (pair terms dominant, negligible, or of ℓ's size, where the bounds are
+# tight), for shortlists where the seeded floor covers all of it (K ≤ 7) or a part.
+@pytest.mark.parametrize("scale", [0.0, 1e-3, 0.1, 1.0, 10.0])
+@pytest.mark.parametrize("k,m", [(20, 5), (7, 4), (13, 6)])
+def test_native_best_set_is_exact_for_any_balance_of_terms(scale, k, m):
+  rng = np.random.default_rng(int(scale * 1000) + k)
+  logits, pairs = random_inputs(rng, 48, k, m, scale=scale)
+  assert_same_as_gather(logits, pairs, k, m)
+
+
+def test_native_best_set_where_the_bounds_are_tight():
+  """Equal logits and near-constant pair terms per size: every set of a size scores within
+  1e-3 of the others and of its bound, so a bound that passes over too much loses the best."""
+  rng = np.random.default_rng(12)
+  k, m, q = 14, 5, 64
+  logits = np.repeat(rng.normal(size=(q, 1)), k, axis=1).astype(np.float32)
+  level = rng.normal(scale=0.05, size=(q, m - 1, 1, 1))
+  pairs = (level + rng.normal(scale=1e-3, size=(q, m - 1, k, k))).astype(np.float32)
+  assert_same_as_gather(logits, (pairs + pairs.transpose(0, 1, 3, 2)) / 2, k, m)
+
+
+def test_native_best_set_with_exact_ties_across_sizes():
+  """Small integers: many sets of different sizes score exactly the same, so a set the bounds
+  pass over may tie the best; the first maximum in table order must still win."""
+  rng = np.random.default_rng(11)
+  k, m, q = 16, 5, 64
+  logits = rng.integers(-1, 2, size=(q, k)).astype(np.float32)
+  logits[::4] = 1.0                         # every softmax mean the same
+  pairs = rng.integers(-1, 2, size=(q, m - 1, k, k)).astype(np.float32)
+  pairs = np.triu(pairs, 1) + np.triu(pairs, 1).transpose(0, 1, 3, 2)
+  pairs[1::4] = 0.0                        # pair terms all zero: the size-1 set wins ties
+  assert_same_as_gather(logits, pairs, k, m)
+
+
 def test_native_on_logits_far_apart():
   """The softmax sums are kept relative to each set's largest logit: exact for any range (a
   spread of 400 underflows exp(ℓ − max ℓ) for the query-shift matmul form)."""

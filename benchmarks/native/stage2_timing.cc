@@ -23,15 +23,27 @@ int main(int argc, char** argv) {
   const int64_t K = argc > 2 ? std::atoll(argv[2]) : 20;
   const int64_t M = argc > 3 ? std::atoll(argv[3]) : 5;
   const int reps = argc > 4 ? std::atoi(argv[4]) : 20;
-  // The inputs of `hyset bench enumerate`: ℓ ~ N(0, 1), symmetric G_m ~ N(0, 0.1²).
+  // The inputs of `hyset bench enumerate`: ℓ ~ N(0, 1), symmetric G_m ~ N(0, 0.1²); or, with
+  // a fifth argument, read from that file: f32 ℓ [Q, K] then G [Q, M−1, K, K], native order.
   std::vector<float> logits(Q * K), pairs(Q * (M - 1) * K * K);
-  std::mt19937 rng(0);
-  std::normal_distribution<float> normal;
-  for (float& x : logits) x = normal(rng);
-  for (int64_t i = 0; i < Q * (M - 1); ++i)
-    for (int64_t a = 0; a < K; ++a)
-      for (int64_t c = 0; c <= a; ++c)
-        pairs[(i * K + a) * K + c] = pairs[(i * K + c) * K + a] = 0.1f * normal(rng);
+  if (argc > 5) {
+    FILE* f = std::fopen(argv[5], "rb");
+    if (f == nullptr || std::fread(logits.data(), 4, logits.size(), f) != logits.size() ||
+        std::fread(pairs.data(), 4, pairs.size(), f) != pairs.size()) {
+      std::fprintf(stderr, "cannot read %lld + %lld floats from %s\n", (long long)logits.size(),
+                   (long long)pairs.size(), argv[5]);
+      return 2;
+    }
+    std::fclose(f);
+  } else {
+    std::mt19937 rng(0);
+    std::normal_distribution<float> normal;
+    for (float& x : logits) x = normal(rng);
+    for (int64_t i = 0; i < Q * (M - 1); ++i)
+      for (int64_t a = 0; a < K; ++a)
+        for (int64_t c = 0; c <= a; ++c)
+          pairs[(i * K + a) * K + c] = pairs[(i * K + c) * K + a] = 0.1f * normal(rng);
+  }
   Problem p;
   p.q = Q, p.k = K, p.sizes = M, p.logits = logits.data(), p.pairs = pairs.data();
   p.offsets[0] = 0;

@@ -38,6 +38,7 @@ namespace {
 
 constexpr int kLanes = 16;     // queries scored together, one per vector lane
 constexpr int kMaxPool = 62;   // K limit: binomials below fit int64 for every M
+constexpr int kSeedPool = 7;   // the floor of the pruning scores every subset of the top 7
 
 
 struct Binomials {
@@ -73,9 +74,13 @@ struct Scratch {
   std::vector<float> expo, expo_ell;        // [K(K−1)/2][L] each, by Pair
   std::vector<float> g;                     // [M−1][K(K−1)/2][L], by Pair
   std::vector<int32_t> order;               // [L][K]
-  std::vector<float> lane_pairs;            // [L][M−1][K(K−1)/2]
+  std::vector<int32_t> order_t;             // [K][L]
   std::vector<float> node_pairs, node_rows; // depth-first state: [M][M+1][L], [M][M+1][K][L]
   std::vector<float> scores;                // [n][L] (every-score output only)
+  std::vector<float> tri_max;               // [K+1][L]: max G_M[i, a] over i < a < low
+  std::vector<float> col_max;               // [K][L]: max G_M[i, a] over i < a
+  std::vector<float> slack;                 // [L]: rounding allowance of the bounds
+  std::vector<float> floor;                 // [L]: a score reached for sure (BuildBounds)
 
   // This thread's scratch, grown to fit p (never shrunk: a server sees the same shapes).
   static Scratch& ForThread(const Problem& p, bool all_scores) {
@@ -86,10 +91,14 @@ struct Scratch {
     Grow(s.expo_ell, T * kLanes);
     Grow(s.g, (M - 1) * T * kLanes);
     Grow(s.order, kLanes * K);
-    Grow(s.lane_pairs, kLanes * (M - 1) * T);
+    Grow(s.order_t, K * kLanes);
     Grow(s.node_pairs, M * (M + 1) * kLanes);
     Grow(s.node_rows, M * (M + 1) * K * kLanes);
     if (all_scores) Grow(s.scores, p.n * kLanes);
+    Grow(s.tri_max, (K + 1) * kLanes);
+    Grow(s.col_max, K * kLanes);
+    Grow(s.slack, kLanes);
+    Grow(s.floor, kLanes);
     return s;
   }
 
@@ -206,47 +215,134 @@ struct Best {
 // of a given larger element c are contiguous, which the depth-first walk reads.
 inline int64_t Pair(int64_t a, int64_t c) { return c * (c - 1) / 2 + a; }
 
+inline VF Max(VF a, VF b);
+
+// The group's tables for the bounds of DepthFirst's pruning: col_max[a] = max G_M[i, a] over
+// i < a, tri_max[low] = max G_M[i, a] over i < a < low (−inf for low < 2), and slack = (M + 4)² · 2^−21 · (C(M, 2)·max|G| + M·max|ℓ|),
+// per lane: a set's score and a bound are sums of at most C(M, 2) pair entries and a softmax
+// mean of M logits, each computed with fewer than (M + 4)² roundings of at most 2^−24 times
+// that scale, so a bound plus slack is at least the computed score of every set it covers.
+void BuildBounds(const Problem& p, Scratch& s) {
+  const int64_t K = p.k, M = p.sizes, T = K * (K - 1) / 2;
+  const float* gm = s.g.data() + (M - 2) * T * kLanes;
+  VF most = Splat(-std::numeric_limits<float>::infinity());
+  Store(s.tri_max.data(), most);
+  for (int64_t c = 0; c < K; ++c) {
+    VF col = Splat(-std::numeric_limits<float>::infinity());
+    for (int64_t a = 0; a < c; ++a) col = Max(col, Load(gm + Pair(a, c) * kLanes));
+    Store(s.col_max.data() + c * kLanes, col);
+    most = Max(most, col);
+    Store(s.tri_max.data() + (c + 1) * kLanes, most);
+  }
+  VF gabs = Splat(0.0f), labs = Splat(0.0f);
+  for (int64_t i = 0; i < (M - 1) * T; ++i) {
+    const VF v = Load(s.g.data() + i * kLanes);
+    gabs = Max(gabs, v < 0.0f ? -v : v);
+  }
+  for (int64_t j = 0; j < K; ++j) {
+    const VF v = Load(s.ell.data() + j * kLanes);
+    labs = Max(labs, v < 0.0f ? -v : v);
+  }
+  const float rel = static_cast<float>((M + 4) * (M + 4)) * 0x1p-21f;
+  const VF slack = (gabs * static_cast<float>(M * (M - 1) / 2) + labs * static_cast<float>(M) +
+                    std::numeric_limits<float>::min()) * rel;
+  Store(s.slack.data(), slack);
+  // The floor: a score some set reaches for sure, so that sets bounded at or below it can be
+  // passed over. The largest logit (the size-1 set {K − 1}, computed as the walk does), and the
+  // best set among the kSeedPool largest logits, computed in another order and lowered by
+  // 3·slack (each computation is within slack of the exact score), so that it lies strictly
+  // below that set's score in the walk: a bound at or below it is below a set that wins.
+  const float* ell = s.ell.data();
+  VF floor = Load(ell + (K - 1) * kLanes);
+  const int64_t pool = std::min<int64_t>(K, kSeedPool), first = K - pool;
+  for (uint32_t bits = 3; bits < (1u << pool); ++bits) {
+    const int size = __builtin_popcount(bits);
+    if (size < 2 || size > M) continue;
+    int members[kSeedPool], n = 0;
+    for (int64_t b = 0; b < pool; ++b)
+      if (bits >> b & 1) members[n++] = static_cast<int>(first + b);
+    const int t = members[n - 1];
+    const float* gm = s.g.data() + (size - 2) * T * kLanes;
+    VF pair_sum = Splat(0.0f), s0 = Splat(1.0f), s1 = Load(ell + t * kLanes);
+    for (int i = 0; i + 1 < n; ++i) {
+      s0 += Load(s.expo.data() + Pair(members[i], t) * kLanes);
+      s1 += Load(s.expo_ell.data() + Pair(members[i], t) * kLanes);
+      for (int j = i + 1; j < n; ++j) pair_sum += Load(gm + Pair(members[i], members[j]) * kLanes);
+    }
+    floor = Max(floor, (pair_sum + s1 / s0) - slack * 3.0f);
+  }
+  Store(s.floor.data(), floor);
+}
+
+// v[l] = base[index[l]] on every lane: one gather instruction on AVX-512.
+inline VF Gather(const float* base, VI index) {
+#if defined(__AVX512F__)
+  static_assert(kLanes == 16);
+  __m512i i;
+  std::memcpy(&i, &index, sizeof(i));
+  const __m512 v = _mm512_i32gather_ps(i, base, 4);
+  VF out;
+  std::memcpy(&out, &v, sizeof(out));
+  return out;
+#else
+  VF out;
+  for (int l = 0; l < kLanes; ++l) out[l] = base[index[l]];
+  return out;
+#endif
+}
+
+// Whether a lane's value is not a finite float below 1e30 in magnitude.
+inline VI Immoderate(VF v) { return ~((v < 0.0f ? -v : v) < 1e30f); }
+
 // Builds the group's lane-interleaved tables in ascending-ℓ order: ell [K][L]; by Pair (a < c),
 // expo = exp(ℓ_a − ℓ_c), expo_ell = expo·ℓ_a and g [M−1][K(K−1)/2][L] = G_m[a, c]; lanes past nq
 // repeat query q0. Returns whether every input read is finite and below 1e30 in magnitude
-// (then no score is NaN).
+// (then no score is NaN). Everything is computed with queries on the lanes: the sort as ranks
+// (K² vector compares), the pair tables as gathers through each lane's order.
 bool BuildTables(const Problem& p, int64_t q0, int64_t nq, Scratch& s) {
   const int64_t K = p.k, M = p.sizes, KK = K * K, T = K * (K - 1) / 2;
-  float* ell = s.ell.data();
-  float* g = s.g.data();
-  float* lanes = s.lane_pairs.data();  // [L][M−1][T]: lane l's G_m[a, c], a < c, sorted order
-  int bad = 0;  // an OR reduction vectorises; a running max with NaN tests does not
-  for (int l = 0; l < kLanes; ++l) {
-    const int64_t lane = l < nq ? l : 0;
-    const float* lg = p.logits + (q0 + lane) * K;
-    int32_t* ord = s.order.data() + l * K;
-    // Stable insertion sort by ℓ, NaN after +inf (jnp.argsort's order).
-    auto before = [](float x, float y) { return x < y || (x == x && y != y); };
-    for (int64_t j = 0; j < K; ++j) {
-      int64_t i = j;
-      while (i > 0 && before(lg[j], lg[ord[i - 1]])) {
-        ord[i] = ord[i - 1];
-        --i;
-      }
-      ord[i] = static_cast<int32_t>(j);
-    }
-    for (int64_t j = 0; j < K; ++j) ell[j * kLanes + l] = lg[ord[j]];
-    for (int64_t j = 0; j < K; ++j) bad |= !(std::fabs(lg[j]) < 1e30f);
-    // This query's G_m (6.4 KB at K = 20, M = 5, read into L1 once) permuted to the sorted
-    // positions, upper triangle only, written contiguously in Pair order.
-    const float* pq = p.pairs + (q0 + lane) * (M - 1) * KK;
-    float* t = lanes + l * (M - 1) * T;
-    for (int64_t m = 0; m < M - 1; ++m)
-      for (int64_t c = 1; c < K; ++c) {
-        const float* col = pq + m * KK + ord[c];
-        for (int64_t a = 0; a < c; ++a) *t++ = col[ord[a] * K];
-      }
+  VI lane = VI{};  // the query of each lane, relative to q0
+  for (int l = 0; l < kLanes; ++l) lane[l] = l < nq ? l : 0;
+  VI bad = VI{};   // an OR reduction vectorises; a running max with NaN tests does not
+  VF x[kMaxPool];
+  for (int64_t j = 0; j < K; ++j) {
+    x[j] = Gather(p.logits + q0 * K, lane * static_cast<int32_t>(K) + static_cast<int32_t>(j));
+    bad |= Immoderate(x[j]);
   }
-  // Interleave the lanes: g[m][pair][l].
-  for (int64_t i = 0; i < (M - 1) * T; ++i)
-    for (int l = 0; l < kLanes; ++l) g[i * kLanes + l] = lanes[l * (M - 1) * T + i];
-  // Only the entries read count (G_m's diagonal and lower triangle never do).
-  for (int64_t i = 0; i < (M - 1) * T * kLanes; ++i) bad |= !(std::fabs(g[i]) < 1e30f);
+  // Stable sort by ℓ with NaN after +inf (jnp.argsort's order): the rank of j counts the i
+  // before it, i.e. ℓ_i < ℓ_j, or equal (both NaN included) with i < j.
+  auto before = [](VF a, VF b) { return (a < b) | ((a == a) & (b != b)); };
+  int32_t* ord_t = s.order_t.data();  // [K][L]: the original position at each sorted one
+  for (int64_t j = 0; j < K; ++j) {
+    VI rank = VI{};
+    for (int64_t i = 0; i < K; ++i) {
+      const VI earlier = i < j ? ~before(x[j], x[i]) : before(x[i], x[j]);
+      rank -= earlier;  // a true mask is −1
+    }
+    for (int l = 0; l < kLanes; ++l) {
+      ord_t[rank[l] * kLanes + l] = static_cast<int32_t>(j);
+      s.ell[rank[l] * kLanes + l] = x[j][l];
+      s.order[l * K + rank[l]] = static_cast<int32_t>(j);
+    }
+  }
+  // g[m][Pair(a, c)] = G_m[ord a, ord c] of each lane's query.
+  const float* pairs = p.pairs + q0 * (M - 1) * KK;
+  const VI lane_base = lane * static_cast<int32_t>((M - 1) * KK);
+  float* g = s.g.data();
+  for (int64_t m = 0; m < M - 1; ++m)
+    for (int64_t c = 1; c < K; ++c) {
+      VI col;
+      std::memcpy(&col, ord_t + c * kLanes, sizeof(col));
+      col += lane_base + static_cast<int32_t>(m * KK);
+      for (int64_t a = 0; a < c; ++a) {
+        VI row;
+        std::memcpy(&row, ord_t + a * kLanes, sizeof(row));
+        const VF v = Gather(pairs, col + row * static_cast<int32_t>(K));
+        bad |= Immoderate(v);  // only the entries read count
+        Store(g + (m * T + Pair(a, c)) * kLanes, v);
+      }
+    }
+  const float* ell = s.ell.data();
   for (int64_t c = 1; c < K; ++c)
     for (int64_t a = 0; a < c; ++a) {
       const VF la = Load(ell + a * kLanes);
@@ -255,7 +351,8 @@ bool BuildTables(const Problem& p, int64_t q0, int64_t nq, Scratch& s) {
       Store(s.expo.data() + Pair(a, c) * kLanes, e);
       Store(s.expo_ell.data() + Pair(a, c) * kLanes, e * la);
     }
-  return !bad;
+  BuildBounds(p, s);
+  return !Any(bad);
 }
 
 inline VF Max(VF a, VF b) {
@@ -337,7 +434,9 @@ class DepthFirst {
       : p_(p), K_(p.k), M_(p.sizes), T_(p.k * (p.k - 1) / 2), ell_(s.ell.data()),
         expo_(s.expo.data()), expo_ell_(s.expo_ell.data()), g_(s.g.data()),
         node_pairs_(s.node_pairs.data()), node_rows_(s.node_rows.data()),
-        scores_(kScores ? s.scores.data() : nullptr) {}
+        scores_(kScores ? s.scores.data() : nullptr), tri_max_(s.tri_max.data()),
+        col_max_(s.col_max.data()),
+        slack_(Load(s.slack.data())), floor_(Load(s.floor.data())) {}
 
   Best<kNanAware> Run() {
     for (int64_t t = 0; t < K_; ++t) {
@@ -346,6 +445,7 @@ class DepthFirst {
       Emit(1, lt, static_cast<int32_t>(t));
       count_[1] = t + 1;
       if (t == 0) continue;
+      lt_ = lt;
       wt_ = expo_ + Pair(0, t) * kLanes;
       wlt_ = expo_ell_ + Pair(0, t) * kLanes;
       for (int64_t m = 2; m <= M_; ++m) {
@@ -404,22 +504,56 @@ class DepthFirst {
     const float* __restrict rm = rows_[k][M_];
     const float* gm = g_ + (M_ - 2) * T_ * kLanes;
     const VF p1 = Load(Sums(k, M_ - 1)), pm = Load(Sums(k, M_));
+    // Pruning (best-only output without NaNs; see Prunable): the whole node, else each run.
+    constexpr bool kPrune = !kScores && !kNanAware;
+    VF smaller = floor_, top = VF{}, rm_prefix = Splat(-std::numeric_limits<float>::infinity());
+    if constexpr (kPrune) {
+      for (int64_t j = 1; j + 1 < M_; ++j) smaller = Max(smaller, best_[j].score);
+      top = s1 / s0 + slack_;
+      if (Prunable(low, top, smaller, p1, pm, r1, rm)) {
+        count_[M_ - 1] += low;
+        count_[M_] += low * (low - 1) / 2;
+        return;
+      }
+    }
     Best<kNanAware> b1 = best_[M_ - 1], bm = best_[M_];
     const int32_t row1 = Row(M_ - 1);
     int32_t rowm = Row(M_);
     for (int64_t a = 0; a < low; ++a) {
-      const VF c0 = s0 + Load(w + a * kLanes);
-      const VF c1 = s1 + Load(wl + a * kLanes);
-      const VF f1 = (p1 + Load(r1 + a * kLanes)) + c1 / c0;
       const VF pa = pm + Load(rm + a * kLanes);
       const float* __restrict ga = gm + Pair(0, a) * kLanes;
-      if constexpr (kScores) {
-        float* __restrict out = scores_ + static_cast<int64_t>(rowm) * kLanes;
-        Store(scores_ + (row1 + a) * kLanes, f1);
-        for (int64_t i = 0; i < a; ++i) Store(out + i * kLanes, Leaf(i, c0, c1, pa, rm, ga, w, wl));
+      if constexpr (kPrune) {
+        // Children E ∪ {a} and E ∪ {a, i}, i < a: pair sums at most p1 + R_{M−1}(E, a) and
+        // pa + max R_M(E, i) + max G_M[i, a]; softmax means at most the node's, then at most
+        // E ∪ {a}'s (ℓ_i is at most every logit of E ∪ {a}). The division is skipped with
+        // the pair.
+        const VF r1a = Load(r1 + a * kLanes);
+        const VF run = pa + (rm_prefix + Load(col_max_ + a * kLanes));
+        rm_prefix = Max(rm_prefix, Load(rm + a * kLanes));
+        const VF earlier = Max(smaller, b1.score);
+        if (!AnyGreater(Max((p1 + r1a) + top, run + top), Max(earlier, bm.score))) {
+          rowm += static_cast<int32_t>(a);
+          continue;
+        }
+        const VF c0 = s0 + Load(w + a * kLanes);
+        const VF c1 = s1 + Load(wl + a * kLanes);
+        const VF mean = c1 / c0;
+        b1.Update((p1 + r1a) + mean, VI{} + static_cast<int32_t>(row1 + a));
+        if (AnyGreater(run + (mean + slack_), Max(Max(smaller, b1.score), bm.score)))
+          LeafRun<kNanAware>(a, c0, c1, pa, rm, ga, w, wl, rowm, bm);
       } else {
-        b1.Update(f1, VI{} + static_cast<int32_t>(row1 + a));
-        LeafRun<kNanAware>(a, c0, c1, pa, rm, ga, w, wl, rowm, bm);
+        const VF c0 = s0 + Load(w + a * kLanes);
+        const VF c1 = s1 + Load(wl + a * kLanes);
+        const VF f1 = (p1 + Load(r1 + a * kLanes)) + c1 / c0;
+        if constexpr (kScores) {
+          float* __restrict out = scores_ + static_cast<int64_t>(rowm) * kLanes;
+          Store(scores_ + (row1 + a) * kLanes, f1);
+          for (int64_t i = 0; i < a; ++i)
+            Store(out + i * kLanes, Leaf(i, c0, c1, pa, rm, ga, w, wl));
+        } else {
+          b1.Update(f1, VI{} + static_cast<int32_t>(row1 + a));
+          LeafRun<kNanAware>(a, c0, c1, pa, rm, ga, w, wl, rowm, bm);
+        }
       }
       rowm += static_cast<int32_t>(a);
     }
@@ -429,15 +563,98 @@ class DepthFirst {
     count_[M_] += low * (low - 1) / 2;
   }
 
+  // Whether no child of this node (size M − 1 or M) can be the first maximum of the table, on
+  // any lane. A child's score is at most its pair sums' bound plus the node's softmax mean
+  // (a child adds logits at most the node's smallest, which cannot raise the mean) plus slack
+  // (BuildBounds). A set can be passed over when an earlier set in table order scores at least
+  // as much: a smaller set (`smaller`: the best of sizes below M − 1 and the largest logit,
+  // the size-1 set {K − 1}) or an earlier set of its own size; a size-M set also when a size
+  // M − 1 set scores strictly more.
+  bool Prunable(int64_t low, VF top, VF smaller, VF p1, VF pm, const float* __restrict r1,
+                const float* __restrict rm) {
+    const VF ninf = Splat(-std::numeric_limits<float>::infinity());
+    VF r1_most = ninf, rm_most = ninf;
+    for (int64_t a = 0; a < low; ++a) {
+      r1_most = Max(r1_most, Load(r1 + a * kLanes));
+      rm_most = Max(rm_most, Load(rm + a * kLanes));
+    }
+    const VF bound1 = (p1 + r1_most) + top;
+    const VF boundm =
+        low < 2 ? ninf : (pm + (rm_most + rm_most + Load(tri_max_ + low * kLanes))) + top;
+    const VF same1 = best_[M_ - 1].score, samem = best_[M_].score;
+    const VI keep1 = (bound1 > Max(smaller, same1)) & (bound1 >= samem);
+    const VI keepm = boundm > Max(Max(smaller, same1), samem);
+    return !Any(keep1 | keepm);
+  }
+
   const Problem& p_;
   const int64_t K_, M_, T_;
   const float *ell_, *expo_, *expo_ell_, *g_;
   float *node_pairs_, *node_rows_, *scores_;
   const float *wt_ = nullptr, *wlt_ = nullptr;  // exp(ℓ_a − ℓ_t) and its ·ℓ_a, a < t
+  const float *tri_max_, *col_max_;   // BuildBounds' tables
+  const VF slack_, floor_;   // BuildBounds' slack and floor
+  VF lt_ = VF{};             // ℓ_t of the walk's current largest element t
   const float* rows_[kMaxPool + 2][kMaxPool + 2] = {};
   Best<kNanAware> best_[kMaxPool + 2];
   int64_t count_[kMaxPool + 2] = {};
 };
+
+// The group's [n][L] scores into its rows of the [Q, n] output: 16 × 16 blocks transposed in
+// registers (a scalar copy cost more than the scoring, measured). On AVX-512 each row is
+// written in whole aligned cache lines with streaming stores (a line is two blocks' halves
+// when the row does not start on a line): ordinary stores first read every line of the
+// 89 MB output (batch 1024) into the cache, which cost more than the scoring (measured,
+// docs/speed.md).
+void WriteScores(const Problem& p, int64_t q0, int64_t nq, const float* scores, float* out) {
+  const int64_t n = p.n, blocks = n / kLanes;
+#if defined(__AVX512F__)
+  static_assert(kLanes == 16);
+  __m512i shift[kLanes];   // lane l's line: the previous block from h_l on, then this one
+  int head[kLanes];        // h_l: the elements of a block before lane l's next line starts
+  __m512 prev[kLanes];
+  for (int64_t l = 0; l < nq; ++l) {
+    const int off = static_cast<int>((reinterpret_cast<uintptr_t>(out + (q0 + l) * n) / 4) % 16);
+    head[l] = off == 0 ? 0 : 16 - off;
+    shift[l] = _mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2,
+                                                 1, 0), _mm512_set1_epi32(head[l]));
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    VF block[kLanes];
+    for (int r = 0; r < kLanes; ++r) block[r] = Load(scores + (b * kLanes + r) * kLanes);
+    Transpose(block);
+    for (int64_t l = 0; l < nq; ++l) {
+      float* row = out + (q0 + l) * n;
+      __m512 v;
+      std::memcpy(&v, &block[l], sizeof(v));
+      if (head[l] == 0) {
+        _mm512_stream_ps(row + b * kLanes, v);
+      } else if (b == 0) {
+        _mm512_mask_storeu_ps(row, static_cast<__mmask16>((1u << head[l]) - 1), v);
+      } else {
+        _mm512_stream_ps(row + (b - 1) * kLanes + head[l],
+                         _mm512_permutex2var_ps(prev[l], shift[l], v));
+      }
+      prev[l] = v;
+    }
+  }
+  if (blocks > 0)
+    for (int64_t l = 0; l < nq; ++l)
+      if (head[l] != 0)  // the last block's elements from h_l on
+        _mm512_mask_storeu_ps(out + (q0 + l) * n + (blocks - 1) * kLanes,
+                              static_cast<__mmask16>(~((1u << head[l]) - 1)), prev[l]);
+  _mm_sfence();  // streaming stores are weakly ordered: done before the output is read
+#else
+  for (int64_t b = 0; b < blocks; ++b) {
+    VF block[kLanes];
+    for (int r = 0; r < kLanes; ++r) block[r] = Load(scores + (b * kLanes + r) * kLanes);
+    Transpose(block);
+    for (int64_t l = 0; l < nq; ++l) Store(out + (q0 + l) * n + b * kLanes, block[l]);
+  }
+#endif
+  for (int64_t l = 0; l < nq; ++l)
+    for (int64_t i = blocks * kLanes; i < n; ++i) out[(q0 + l) * n + i] = scores[i * kLanes + l];
+}
 
 // Scores the group of queries [q0, q0 + nq) and writes its outputs.
 template <bool kAllScores>
@@ -464,20 +681,7 @@ void ScoreGroup(const Problem& p, int64_t q0, int64_t nq, Scratch& s, float* bes
   }
   for (int64_t l = 0; l < nq; ++l)
     std::memcpy(order_out + (q0 + l) * K, s.order.data() + l * K, K * sizeof(int32_t));
-  if (kAllScores) {
-    // The group's [n][L] scores into its rows of the [Q, n] output, 16 × 16 blocks transposed
-    // in registers (a scalar copy cost more than the scoring, measured).
-    const float* scores = s.scores.data();
-    int64_t i0 = 0;
-    for (; i0 + kLanes <= p.n; i0 += kLanes) {
-      VF block[kLanes];
-      for (int r = 0; r < kLanes; ++r) block[r] = Load(scores + (i0 + r) * kLanes);
-      Transpose(block);
-      for (int64_t l = 0; l < nq; ++l) Store(scores_out + (q0 + l) * p.n + i0, block[l]);
-    }
-    for (int64_t l = 0; l < nq; ++l)
-      for (int64_t i = i0; i < p.n; ++i) scores_out[(q0 + l) * p.n + i] = scores[i * kLanes + l];
-  }
+  if (kAllScores) WriteScores(p, q0, nq, s.scores.data(), scores_out);
 }
 
 // Groups of kLanes queries spread over XLA's intra-op pool (parallel.h).
