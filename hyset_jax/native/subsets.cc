@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "parallel.h"
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 #include "xla/ffi/api/ffi.h"
@@ -129,6 +129,12 @@ inline bool Any(VI m) {
   __m512i x;
   std::memcpy(&x, &m, sizeof(x));
   return _mm512_test_epi32_mask(x, x) != 0;
+#elif defined(__AVX2__)
+  __m256i lo, hi;  // two compares' masks: OR the halves, then one test
+  std::memcpy(&lo, &m, sizeof(lo));
+  std::memcpy(&hi, reinterpret_cast<const char*>(&m) + sizeof(lo), sizeof(hi));
+  const __m256i x = _mm256_or_si256(lo, hi);
+  return !_mm256_testz_si256(x, x);
 #else
   int32_t acc = 0;
   for (int l = 0; l < kLanes; ++l) acc |= m[l];
@@ -284,6 +290,15 @@ inline VF Gather(const float* base, VI index) {
   VF out;
   std::memcpy(&out, &v, sizeof(out));
   return out;
+#elif defined(__AVX2__)
+  __m256i lo, hi;  // two 8-lane gathers
+  std::memcpy(&lo, &index, sizeof(lo));
+  std::memcpy(&hi, reinterpret_cast<const char*>(&index) + sizeof(lo), sizeof(hi));
+  const __m256 a = _mm256_i32gather_ps(base, lo, 4), b = _mm256_i32gather_ps(base, hi, 4);
+  VF out;
+  std::memcpy(&out, &a, sizeof(a));
+  std::memcpy(reinterpret_cast<char*>(&out) + sizeof(a), &b, sizeof(b));
+  return out;
 #else
   VF out;
   for (int l = 0; l < kLanes; ++l) out[l] = base[index[l]];
@@ -351,7 +366,6 @@ bool BuildTables(const Problem& p, int64_t q0, int64_t nq, Scratch& s) {
       Store(s.expo.data() + Pair(a, c) * kLanes, e);
       Store(s.expo_ell.data() + Pair(a, c) * kLanes, e * la);
     }
-  BuildBounds(p, s);
   return !Any(bad);
 }
 
@@ -600,16 +614,14 @@ class DepthFirst {
   int64_t count_[kMaxPool + 2] = {};
 };
 
-// The group's [n][L] scores into its rows of the [Q, n] output: 16 × 16 blocks transposed in
-// registers (a scalar copy cost more than the scoring, measured). On AVX-512 each row is
-// written in whole aligned cache lines with streaming stores (a line is two blocks' halves
-// when the row does not start on a line): ordinary stores first read every line of the
-// 89 MB output (batch 1024) into the cache, which cost more than the scoring (measured,
-// docs/speed.md).
-void WriteScores(const Problem& p, int64_t q0, int64_t nq, const float* scores, float* out) {
-  const int64_t n = p.n, blocks = n / kLanes;
 #if defined(__AVX512F__)
+// The group's [n][L] scores into its rows of the [Q, n] output, each row written in whole
+// aligned cache lines with streaming stores (a line is two blocks' halves when the row does not
+// start on a line): ordinary stores first read every line of the output (89 MB at batch 1024)
+// into the cache, which cost more than the scoring (measured, docs/speed.md).
+void StreamScores(const Problem& p, int64_t q0, int64_t nq, const float* scores, float* out) {
   static_assert(kLanes == 16);
+  const int64_t n = p.n, blocks = n / kLanes;
   __m512i shift[kLanes];   // lane l's line: the previous block from h_l on, then this one
   int head[kLanes];        // h_l: the elements of a block before lane l's next line starts
   __m512 prev[kLanes];
@@ -643,18 +655,11 @@ void WriteScores(const Problem& p, int64_t q0, int64_t nq, const float* scores, 
       if (head[l] != 0)  // the last block's elements from h_l on
         _mm512_mask_storeu_ps(out + (q0 + l) * n + (blocks - 1) * kLanes,
                               static_cast<__mmask16>(~((1u << head[l]) - 1)), prev[l]);
-  _mm_sfence();  // streaming stores are weakly ordered: done before the output is read
-#else
-  for (int64_t b = 0; b < blocks; ++b) {
-    VF block[kLanes];
-    for (int r = 0; r < kLanes; ++r) block[r] = Load(scores + (b * kLanes + r) * kLanes);
-    Transpose(block);
-    for (int64_t l = 0; l < nq; ++l) Store(out + (q0 + l) * n + b * kLanes, block[l]);
-  }
-#endif
   for (int64_t l = 0; l < nq; ++l)
     for (int64_t i = blocks * kLanes; i < n; ++i) out[(q0 + l) * n + i] = scores[i * kLanes + l];
+  _mm_sfence();  // streaming stores are weakly ordered: done before the output is read
 }
+#endif
 
 // Scores the group of queries [q0, q0 + nq) and writes its outputs.
 template <bool kAllScores>
@@ -668,6 +673,7 @@ void ScoreGroup(const Problem& p, int64_t q0, int64_t nq, Scratch& s, float* bes
     VF score;
     VI row;
     if (moderate) {
+      BuildBounds(p, s);  // for the pruning, which needs finite scores
       const Best<false> b = DepthFirst<false, false>(p, s).Run();
       score = b.score, row = b.row;
     } else {
@@ -681,7 +687,24 @@ void ScoreGroup(const Problem& p, int64_t q0, int64_t nq, Scratch& s, float* bes
   }
   for (int64_t l = 0; l < nq; ++l)
     std::memcpy(order_out + (q0 + l) * K, s.order.data() + l * K, K * sizeof(int32_t));
-  if (kAllScores) WriteScores(p, q0, nq, s.scores.data(), scores_out);
+  if (kAllScores) {
+    // The group's [n][L] scores into its rows of the [Q, n] output, 16 × 16 blocks transposed
+    // in registers (a scalar copy cost more than the scoring, measured).
+#if defined(__AVX512F__)
+    StreamScores(p, q0, nq, s.scores.data(), scores_out);
+#else
+    const float* scores = s.scores.data();
+    int64_t i0 = 0;
+    for (; i0 + kLanes <= p.n; i0 += kLanes) {
+      VF block[kLanes];
+      for (int r = 0; r < kLanes; ++r) block[r] = Load(scores + (i0 + r) * kLanes);
+      Transpose(block);
+      for (int64_t l = 0; l < nq; ++l) Store(scores_out + (q0 + l) * p.n + i0, block[l]);
+    }
+    for (int64_t l = 0; l < nq; ++l)
+      for (int64_t i = i0; i < p.n; ++i) scores_out[(q0 + l) * p.n + i] = scores[i * kLanes + l];
+#endif
+  }
 }
 
 // Groups of kLanes queries spread over XLA's intra-op pool (parallel.h).
