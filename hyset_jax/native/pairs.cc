@@ -10,6 +10,9 @@
 
 #include <cstdint>
 #include <cstring>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #include "parallel.h"
 #include "xla/ffi/api/ffi.h"
@@ -33,13 +36,33 @@ inline float Sum(VF v) {
   return s;
 }
 
-// Four dot products of x with y0..y3 (length d), sharing the loads of x.
-inline void Dot4(const float* x, const float* const* y, int64_t d, float* out) {
+// acc + x·y on every lane: one fused instruction where the CPU has FMA (the build turns off
+// contraction for subsets.cc's sake; a pair entry only needs its float rounding).
+inline VF MulAdd(VF x, VF y, VF acc) {
+#if defined(__AVX512F__)
+  __m512 a, b, c;
+  std::memcpy(&a, &x, sizeof(a));
+  std::memcpy(&b, &y, sizeof(b));
+  std::memcpy(&c, &acc, sizeof(c));
+  c = _mm512_fmadd_ps(a, b, c);
+  std::memcpy(&acc, &c, sizeof(c));
+  return acc;
+#else
+  return acc + x * y;
+#endif
+}
+
+// Four dot products of x with y0..y3 (length d), sharing the loads of x; `next` (the row the
+// caller reads after x) is prefetched meanwhile: the rows are scattered over a table of
+// N·(M−1)·d floats, so each is a fresh trip to memory.
+inline void Dot4(const float* x, const float* const* y, int64_t d, float* out,
+                 const float* next) {
   VF acc[4] = {VF{}, VF{}, VF{}, VF{}};
   int64_t i = 0;
   for (; i + kWidth <= d; i += kWidth) {
+    __builtin_prefetch(next + i);
     const VF xv = Load(x + i);
-    for (int j = 0; j < 4; ++j) acc[j] += xv * Load(y[j] + i);
+    for (int j = 0; j < 4; ++j) acc[j] = MulAdd(xv, Load(y[j] + i), acc[j]);
   }
   for (int j = 0; j < 4; ++j) {
     out[j] = Sum(acc[j]);
@@ -75,14 +98,17 @@ void QueryPairs(const Pairs& p, int64_t q) {
     }
   const float* zc[64];
   for (int64_t c = 0; c < K; ++c) zc[c] = p.z + static_cast<int64_t>(t[c]) * p.d;
-  for (int64_t m = 0; m < p.sizes; ++m) {
-    float* g = p.out + (q * p.sizes + m) * K * K;
-    for (int64_t a = 0; a < K; ++a) {
-      const float* ka = p.keyed + (static_cast<int64_t>(t[a]) * p.sizes + m) * p.d;
+  // Tool a's M − 1 rows of Z M_m are contiguous: read them one after the other (a outer).
+  for (int64_t a = 0; a < K; ++a) {
+    const float* row = p.keyed + static_cast<int64_t>(t[a]) * p.sizes * p.d;
+    const float* next = a + 1 < K ? p.keyed + static_cast<int64_t>(t[a + 1]) * p.sizes * p.d : row;
+    for (int64_t m = 0; m < p.sizes; ++m) {
+      const float* ka = row + m * p.d;
+      float* g = p.out + (q * p.sizes + m) * K * K;
       int64_t c = a;
       float v[4];
       for (; c + 4 <= K; c += 4) {
-        Dot4(ka, zc + c, p.d, v);
+        Dot4(ka, zc + c, p.d, v, next + m * p.d);
         for (int j = 0; j < 4; ++j) g[a * K + c + j] = g[(c + j) * K + a] = v[j];
       }
       for (; c < K; ++c) g[a * K + c] = g[c * K + a] = Dot(ka, zc[c], p.d);
