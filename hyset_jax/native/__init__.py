@@ -2,7 +2,8 @@
 
 - ``subsets.cc`` (stage 2, Eq. 14): every subset of a K-tool shortlist scored by a depth-first
   walk over the subsets, a group of 16 queries at a time with queries on the vector lanes, over
-  XLA's intra-op thread pool; the best set per query (:func:`best_rows`) or every score
+  XLA's intra-op thread pool; the best set per query (:func:`best_rows`: subtrees whose
+  bound cannot beat a set already scored are skipped, exactly) or every score
   (:func:`subset_scores`), with the scores of :mod:`hyset_jax.enumeration`'s forms to float
   rounding and the same ties (and the best set's score bit for bit its entry among every
   score). Why: XLA:CPU cannot express the fast form (the walk's state stays in L1; XLA writes

@@ -8,6 +8,10 @@
 // is scored together with queries on the vector lanes, the walk's whole state stays in L1, and
 // groups are spread over XLA's intra-op thread pool.
 //
+// The best-set output branches and bounds: a subtree of the walk whose sets cannot be the
+// first maximum (an upper bound on them, rounding slack included, is at most a score already
+// reached) is not scored (Prunable, BuildBounds); the answer is the same set and score.
+//
 // Numbers and ties: the shortlist is reordered by ascending ℓ (a stable sort; `order` reports
 // it), a subset's softmax sums are kept relative to its largest logit t (every weight
 // exp(ℓ_i − ℓ_t) ≤ 1), F(E) = P_|E|(E) + S1(E) / S0(E); the scores equal those of
