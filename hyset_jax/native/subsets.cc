@@ -463,7 +463,6 @@ class DepthFirst {
       Emit(1, lt, static_cast<int32_t>(t));
       count_[1] = t + 1;
       if (t == 0) continue;
-      lt_ = lt;
       wt_ = expo_ + Pair(0, t) * kLanes;
       wlt_ = expo_ell_ + Pair(0, t) * kLanes;
       for (int64_t m = 2; m <= M_; ++m) {
@@ -612,7 +611,6 @@ class DepthFirst {
   const float *wt_ = nullptr, *wlt_ = nullptr;  // exp(ℓ_a − ℓ_t) and its ·ℓ_a, a < t
   const float *tri_max_, *col_max_;   // BuildBounds' tables
   const VF slack_, floor_;   // BuildBounds' slack and floor
-  VF lt_ = VF{};             // ℓ_t of the walk's current largest element t
   const float* rows_[kMaxPool + 2][kMaxPool + 2] = {};
   Best<kNanAware> best_[kMaxPool + 2];
   int64_t count_[kMaxPool + 2] = {};
