@@ -16,8 +16,9 @@ best-by-validation model on the test split. Rows:
 - ablations on the preset (``--ablation-seeds``; ``--ablations TAG…`` picks some): no query tower,
   no conditioned term, no per-tool loss, no exhaustive-shortlist loss, no F_set, identity M, one
   shared M, 1,500 training steps instead of the preset's, Z fixed at the encoder's embeddings
-  (or trained, for a preset that fixes it) — also with 250 steps —, Z moved by the per-tool
-  loss only; and two additions, noise on the training query embeddings (``train.query_noise``),
+  (or trained, for a preset that fixes it) — also with 250 steps, with 250 steps and the
+  query noise, and with those, no seen-set prior and a 30-tool shortlist (the configuration
+  for new combinations) —, Z moved by the per-tool loss only; and two additions, noise on the training query embeddings (``train.query_noise``),
   also with 1,500 steps, and the seen-set prior (``model.set_prior``), alone and with the noise
   and 1,500 steps — each prior run also reported as the same θ without its prior;
 - the first preset seed's model, and the first Z-fixed seed's, under every ranking (greedy,
@@ -29,6 +30,7 @@ best-by-validation model on the test split. Rows:
   sigmoid loss, the alternative the softmax loss was chosen over (with --ablation-seeds).
 
 ``--baselines-only`` skips every HYSET training row (seconds to minutes instead of an hour);
+``--no-preset`` skips the preset row only (ablations measured beside the baselines);
 ``--data SPEC`` runs the config on another data set, e.g. the unseen-set split of
 benchmarks/unseen_split.py; ``--encoder DIR`` embeds queries and tools with another encoder,
 e.g. one tuned by ``hyset finetune`` (every row, baselines included, then reads its vectors);
