@@ -517,19 +517,24 @@ def set_mean(logits: np.ndarray, pairs: np.ndarray, max_size: int) -> np.ndarray
   return _mean_per_tool(scores, members, logits.shape[1])
 
 
-def _mean_per_tool(scores: np.ndarray, members: list, k: int) -> np.ndarray:
-  incidence = np.zeros((len(members), k), np.float32)
+def _incidence(members: list, k: int) -> np.ndarray:
+  """bool[n, K]: whether subset i (table order) contains shortlist position t."""
+  incidence = np.zeros((len(members), k), bool)
   for i, positions in enumerate(members):
-    incidence[i, positions] = 1.0
+    incidence[i, positions] = True
+  return incidence
+
+
+def _mean_per_tool(scores: np.ndarray, members: list, k: int) -> np.ndarray:
+  """f32[Q, K]: the mean score of the subsets that contain each shortlist position."""
+  incidence = _incidence(members, k).astype(np.float32)
   return (scores @ incidence) / incidence[:, 0].sum()
 
 
 def _max_per_tool(scores: np.ndarray, members: list, k: int) -> np.ndarray:
   """f32[Q, K]: the largest score of the subsets that contain each shortlist position."""
-  incidence = np.zeros((k, len(members)), bool)
-  for i, positions in enumerate(members):
-    incidence[positions, i] = True
-  return np.stack([np.max(scores[:, incidence[t]], axis=1) for t in range(k)], axis=1)
+  incidence = _incidence(members, k)
+  return np.stack([np.max(scores[:, incidence[:, t]], axis=1) for t in range(k)], axis=1)
 
 
 def prior_bonus(model: Model, queries: np.ndarray, tools: np.ndarray,

@@ -173,7 +173,7 @@ def require() -> None:
 
 
 # Working memory one thread of the stage-2 kernel may take (its tables and the walk's state for
-# 16 queries, 0.2 MB at K = 20, M = 5, and with every score the group's [n][16] scores, 1.4 MB).
+# 16 queries, 0.12 MB at K = 20, M = 5, and with every score the group's [n][16] scores, 1.4 MB more).
 SCRATCH_LIMIT_BYTES = 1 << 30
 MAX_POOL = 62  # kMaxPool in subsets.cc (its binomial table); the other kernels take up to 64
 
@@ -182,9 +182,11 @@ def scratch_bytes(k: int, max_size: int, all_scores: bool) -> int:
   """Bytes of per-thread working memory the stage-2 kernel needs for (K, M) (Scratch in
   subsets.cc)."""
   pairs = k * (k - 1) // 2
-  floats = LANES * (k + 2 * pairs + 2 * (max_size - 1) * pairs
-                    + max_size * (max_size + 1) * (1 + k))
-  ints = LANES * k
+  # ℓ, the two softmax tables, G_m, the walk's state, the bounds' column and triangle maxima,
+  # slack and floor; the order in both layouts.
+  floats = LANES * (k + 2 * pairs + (max_size - 1) * pairs
+                    + max_size * (max_size + 1) * (1 + k) + (2 * k + 1) + 2)
+  ints = 2 * LANES * k
   return 4 * (floats + ints + (count_subsets(k, max_size) * LANES if all_scores else 0))
 
 
