@@ -83,7 +83,8 @@ def ranking_rows(model_dir: pathlib.Path, data, test, mc) -> dict[str, dict]:
   chosen = md.default_ranking
   names = tuple(r for r in inference.RANKINGS if md.params.prior is None or r != "greedy")
   return {f"ranking {r}" + (" (chosen on validation)" if r == chosen else ""): m
-          for r, m in evaluate_rankings(md.params, test, data.tool_ids, mc, 256, names).items()}
+          for r, m in evaluate_rankings(md.params, test, data.tool_ids, mc, 256, names,
+                                        lexical=md.lexical).items()}
 
 
 def without_prior(model_dir: pathlib.Path, data, config) -> dict:
@@ -91,7 +92,23 @@ def without_prior(model_dir: pathlib.Path, data, config) -> dict:
   method validation chooses for that model."""
   from hyset_jax import modeldir
   from hyset_jax.evaluation import choose_ranking, evaluate_split
-  params = modeldir.load_model_dir(model_dir).params._replace(prior=None)
+  md = modeldir.load_model_dir(model_dir)
+  params = md.params._replace(prior=None)
+  ranking, _ = choose_ranking(params, data.splits[config.data.val_split], data.tool_ids,
+                              config.model, 256, md.lexical)
+  return evaluate_split(params, data.splits[config.data.test_split], data.tool_ids,
+                        config.model, 256, ranking=ranking, lexical=md.lexical)
+
+
+def without_lexical(model_dir: pathlib.Path, data, config) -> dict | None:
+  """Test metrics of a model directory's θ (and prior) with its lexical term removed, ranked
+  by the method validation chooses for that model; None when it has no lexical term."""
+  from hyset_jax import modeldir
+  from hyset_jax.evaluation import choose_ranking, evaluate_split
+  md = modeldir.load_model_dir(model_dir)
+  if md.lexical is None:
+    return None
+  params = md.params._replace(lexical_weight=None)
   ranking, _ = choose_ranking(params, data.splits[config.data.val_split], data.tool_ids,
                               config.model, 256)
   return evaluate_split(params, data.splits[config.data.test_split], data.tool_ids,
@@ -198,7 +215,13 @@ def multi_tool_hyset_rows(config, data, sub, runs: pathlib.Path, args) -> dict:
         continue                     # a row run with fewer seeds (--paper-seeds)
       best = modeldir.load_model_dir(run / "best")
       rows.setdefault(label, []).append(evaluate_split(best.params, sub, data.tool_ids,
-                                                       config.model, 256, ranking=best.ranking))
+                                                       config.model, 256, ranking=best.ranking,
+                                                       lexical=best.lexical))
+      if best.lexical is not None:
+        plain = best.params._replace(lexical_weight=None)
+        rows.setdefault(f"{label}: the same θ without the lexical term", []).append(
+            evaluate_split(plain, sub, data.tool_ids, config.model, 256,
+                           ranking=best.ranking))
   return rows
 
 
@@ -233,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--ablation-seeds", type=int, nargs="+", default=[0])
   parser.add_argument("--ablations", nargs="*", metavar="TAG",
                       help="only these ablation rows (tags: notower nocond notool noenum noset "
-                           "identity shared ztrain zfixed zfixed250 zfixed250noise zfixed250noise30 zsep "
+                           "identity shared ztrain zfixed zfixed250 zfixed250noise zfixed250noise30 "
+                           "zfixed250noise30lex zsep nolex "
                            "steps1500 noise "
                            "noise1500 "
                            "prior prior1500; none given: no ablations; default: all)")
@@ -321,6 +345,7 @@ def run(args: argparse.Namespace) -> int:
                 [f"train.query_noise={QUERY_NOISE}", "train.num_steps=1500"]),
                # The seen-set prior (set_prior.py), alone and over the tuned-encoder recipe.
                ("preset + seen-set prior", "prior", ["model.set_prior=true"]),
+               ("preset without the lexical term", "nolex", ["model.lexical=false"]),
                (f"preset + query noise σ = {QUERY_NOISE}, 1,500 steps + seen-set prior",
                 "prior1500", [f"train.query_noise={QUERY_NOISE}", "train.num_steps=1500",
                               "model.set_prior=true"])]
@@ -346,6 +371,12 @@ def run(args: argparse.Namespace) -> int:
                       ["model.train_tool_embeddings=false", "train.num_steps=250",
                        f"train.query_noise={QUERY_NOISE}", "model.set_prior=false",
                        "model.k1=25", "model.k_pool=30"]))
+    # ... and with the lexical term (β chosen on validation; lexical.py).
+    ablations.append((f"preset, Z fixed, 250 steps, query noise σ = {QUERY_NOISE}, no prior, "
+                      "K_pool = 30, lexical term", "zfixed250noise30lex",
+                      ["model.train_tool_embeddings=false", "train.num_steps=250",
+                       f"train.query_noise={QUERY_NOISE}", "model.set_prior=false",
+                       "model.k1=25", "model.k_pool=30", "model.lexical=true"]))
     # Z trained by the per-tool loss only; the set losses read it without moving it.
     ablations.append(("preset, Z moved by the per-tool loss only", "zsep",
                       ["train.set_losses_train_z=false"]))
@@ -362,6 +393,12 @@ def run(args: argparse.Namespace) -> int:
         # The same θ without its prior (the ranking chosen for that): the prior's own effect.
         rows["all"].setdefault(f"{label}: the same θ without the prior", []).append(
             without_prior(pathlib.Path(summary["workdir"]) / "best", data, config))
+      if config_lib.resolve(args.config, data_override + overrides).model.lexical:
+        # The same θ without its lexical term (the ranking chosen for that): the term's effect.
+        plain = without_lexical(pathlib.Path(summary["workdir"]) / "best", data, config)
+        if plain is not None:
+          rows["all"].setdefault(f"{label}: the same θ without the lexical term", []).append(
+              plain)
       if tag in ("preset", "zfixed") and seed == seeds[0]:
         for name, m in ranking_rows(pathlib.Path(summary["workdir"]) / "best", data, test,
                                     config.model).items():

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
   train, val, test = (dataset.split(s) for s in (c.train_split, c.val_split, c.test_split))
   encoder = load_encoder(model.query_encoder)
   texts = [q.text for q in test]
-  hyset = HysetRetriever(model.params, model.tool_ids, encoder, k1=model.k1, k_pool=model.k_pool,
+  hyset = HysetRetriever(model.params, model.tool_ids, encoder, k1=model.k1, k_pool=model.k_pool, lexical=model.lexical,
                          max_size=model.max_set_size, ranking=model.default_ranking)
   got = hyset.retrieve(texts, depth=model.k_pool)
   classifier = fit_baseline("set-classifier", dataset.tools, encoder, train, seed=0,

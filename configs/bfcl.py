@@ -22,6 +22,9 @@ def get_config() -> Config:
   c.train.exhaustive_loss_weight = 0.0
   # The seen-set prior: for sets that repeat training sets, which most BFCL test sets do not.
   c.model.set_prior = False
+  # The lexical term: BM25 beside ℓ, β chosen on validation (β = 0 competes). BFCL's multi-tool
+  # requests name several intents that one dense vector averages away (README).
+  c.model.lexical = True
   c.train.batch_size, c.train.num_steps, c.train.warmup_steps = 128, 600, 50
   c.train.log_every, c.train.eval_every, c.train.checkpoint_every = 25, 100, 100
   return c

@@ -79,6 +79,10 @@ class ModelConfig:
   # sets on r, added to F for those sets with a weight λ (and floor τ) chosen on validation,
   # where λ = 0 (no prior) competes too. For sets that repeat training sets; off = the paper.
   set_prior: bool = False
+  # The lexical term (lexical.py): after θ, ℓ' = ℓ + β · (the query's BM25 scores over the tool
+  # texts, divided by its best), β chosen on validation where β = 0 (no term) competes. For
+  # requests that name several intents in words a dense vector averages away; off = the paper.
+  lexical: bool = False
   # The ranking recorded in the model directory: "auto" picks greedy, logit, set-first,
   # set-mean or set-max on the validation split after training (the delivered set is the same
   # for all).

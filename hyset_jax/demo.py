@@ -61,13 +61,15 @@ def _run(args) -> int:
   summary = train.train_and_evaluate(config, args.workdir, data=data)
   best = modeldir.load_model_dir(f"{args.workdir}/best")
   after = evaluate_split(best.params, test, data.tool_ids, config.model, 256,
-                         ranking=best.ranking)  # the ranking training chose on validation
+                         ranking=best.ranking,  # the ranking training chose on validation
+                         lexical=best.lexical)
 
   print(f"\n== {config.data.spec} test split, {before['n_queries']} queries")
   trained = f"HYSET (step {summary['best_step']}, {best.default_ranking})"
   print(_table({"untrained (= dense)": before, trained: after}))
   pred = inference.predict_batched(best.params, test.embeddings[:5], k1=best.k1,
-                                   k_pool=best.k_pool, max_size=best.max_set_size)
+                                   k_pool=best.k_pool, max_size=best.max_set_size,
+                                   lexical=best.lexical_scores(test.texts[:5]))
   print("\n== a few test queries")
   for q in range(min(5, len(test.ids))):
     text = " ".join(test.texts[q].split())[:110]

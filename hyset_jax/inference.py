@@ -50,7 +50,7 @@ class Shortlist(NamedTuple):
 
 
 def shortlist(params: HysetParams, query_emb: jax.Array, k1: int, k_pool: int,
-              max_size: int) -> Shortlist:
+              max_size: int, lexical: jax.Array | None = None) -> Shortlist:
   """Stage 1 and complementarity expansion (Eq. 12-13).
 
   Args:
@@ -59,12 +59,14 @@ def shortlist(params: HysetParams, query_emb: jax.Array, k1: int, k_pool: int,
     k1: |S0|.
     k_pool: |S|.
     max_size: M; the expansion uses M_M.
+    lexical: f32[Q, N] the queries' lexical scores, for a model with the lexical term
+      (:func:`scoring.with_lexical`: ℓ' replaces ℓ from here on).
 
   Returns:
     Shortlist of K_pool tools per query.
   """
   z = params.tool_embeddings
-  logits = scoring.query_logits(params, query_emb)                       # [Q, N]
+  logits = scoring.with_lexical(params, scoring.query_logits(params, query_emb), lexical)
   s0 = sharding.top_k(logits, k1)[1]              # [Q, K1]; per tools shard under a mesh
   keyed = z[s0] @ params.interactions[max_size - 2]                      # [Q, K1, d]
   extra = _expand_scan(z, keyed, logits, s0, k_pool - k1)
@@ -330,7 +332,7 @@ def _prediction(sl: Shortlist, r: Reranked) -> Prediction:
 @functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "ranking"))
 def predict(params: HysetParams, query_emb: jax.Array, *, k1: int, k_pool: int, max_size: int,
             method: enumeration.Method = enumeration.DEFAULT_METHOD,
-            ranking: Ranking | None = None) -> Prediction:
+            ranking: Ranking | None = None, lexical: jax.Array | None = None) -> Prediction:
   """The full two-stage path for a batch of queries: :func:`shortlist`, then :func:`rerank`.
 
   Args:
@@ -340,12 +342,13 @@ def predict(params: HysetParams, query_emb: jax.Array, *, k1: int, k_pool: int, 
     method: the enumeration implementation.
     ranking: a :data:`hyset_jax.choices.RANKINGS` name; None means the model's default, which
       for bare θ is :data:`DEFAULT_RANKING`.
+    lexical: f32[Q, N] lexical scores, for a model with the lexical term (:func:`shortlist`).
 
   Returns:
     Prediction.
   """
   params = truncate(params, max_size)
-  sl = shortlist(params, query_emb, k1, k_pool, max_size)
+  sl = shortlist(params, query_emb, k1, k_pool, max_size, lexical)
   return _prediction(sl, rerank(params, query_emb, sl, k_pool=k_pool, max_size=max_size,
                                 method=method, ranking=ranking))
 
@@ -424,10 +427,12 @@ def _query_side(params: HysetParams, query_emb: jax.Array) -> jax.Array:
   return scoring.query_tower(params.tower, query_emb)
 
 
-def stage1_prepared(prep: PreparedModel, query_emb: jax.Array,
-                    k1: int) -> tuple[jax.Array, jax.Array]:
-  """Stage 1 from a prepared model: (ℓ f32[Q, N], the K1 tools of largest ℓ int32[Q, K1])."""
-  logits = _query_side(prep.params, query_emb) @ prep.logit_weights       # [Q, N]
+def stage1_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int,
+                    lexical: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+  """Stage 1 from a prepared model: (ℓ f32[Q, N], the K1 tools of largest ℓ int32[Q, K1]);
+  ℓ' with the lexical term (``lexical``: f32[Q, N], :func:`scoring.with_lexical`)."""
+  logits = scoring.with_lexical(prep.params,
+                                _query_side(prep.params, query_emb) @ prep.logit_weights, lexical)
   return logits, jax.lax.top_k(logits, k1)[1]
 
 
@@ -435,7 +440,8 @@ SCAN_CHUNK = 8  # queries per chunk of the expansion's full-scan fallback
 
 
 def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_pool: int,
-                       method: enumeration.Method = enumeration.DEFAULT_METHOD) -> Shortlist:
+                       method: enumeration.Method = enumeration.DEFAULT_METHOD,
+                       lexical: jax.Array | None = None) -> Shortlist:
   """:func:`shortlist` from a prepared model: the same tools in the same order.
 
   The neighbour table answers the expansion when it is wide enough (W ≥ K_pool − 1); a batch
@@ -444,7 +450,7 @@ def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_poo
   :func:`enumeration.resolve_method`) ``"native"`` reads the table with the native kernel
   (:func:`hyset_jax.native.expand`, the same answers); any other, with JAX.
   """
-  logits, s0 = stage1_prepared(prep, query_emb, k1)
+  logits, s0 = stage1_prepared(prep, query_emb, k1, lexical)
   n_ext = k_pool - k1
   z = prep.params.tool_embeddings
 
@@ -502,10 +508,11 @@ def pair_matrices_prepared(prep: PreparedModel, query_emb: jax.Array, tools: jax
 
 def _predict_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_pool: int,
                       max_size: int, method: enumeration.Method,
-                      rankings: tuple[Ranking, ...]) -> tuple[Prediction, ...]:
+                      rankings: tuple[Ranking, ...],
+                      lexical: jax.Array | None) -> tuple[Prediction, ...]:
   if max_size != prep.max_size:
     raise ValueError(f"the model was prepared for max_size {prep.max_size}, not {max_size}")
-  sl = shortlist_prepared(prep, query_emb, k1, k_pool, method)
+  sl = shortlist_prepared(prep, query_emb, k1, k_pool, method, lexical)
   pairs = pair_matrices_prepared(prep, query_emb, sl.tools, method)
   return tuple(_prediction(sl, r) for r in _stage2(sl, pairs, k_pool=k_pool, max_size=max_size,
                                                    method=method, rankings=rankings,
@@ -515,24 +522,25 @@ def _predict_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_pool
 @functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "ranking"))
 def predict_prepared(prep: PreparedModel, query_emb: jax.Array, *, k1: int, k_pool: int,
                      max_size: int, method: enumeration.Method = enumeration.DEFAULT_METHOD,
-                     ranking: Ranking | None = None) -> Prediction:
+                     ranking: Ranking | None = None,
+                     lexical: jax.Array | None = None) -> Prediction:
   """:func:`predict` from a prepared model (same outputs; see the module docstring).
 
   ``max_size`` must be the M the model was prepared for (its expansion uses M_M).
   """
   return _predict_prepared(prep, query_emb, k1, k_pool, max_size, method,
-                           (DEFAULT_RANKING if ranking is None else ranking,))[0]
+                           (DEFAULT_RANKING if ranking is None else ranking,), lexical)[0]
 
 
 @functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "rankings"))
 def predict_prepared_rankings(prep: PreparedModel, query_emb: jax.Array, *, k1: int,
                               k_pool: int, max_size: int, rankings: tuple[Ranking, ...],
-                              method: enumeration.Method = enumeration.DEFAULT_METHOD
-                              ) -> tuple[Prediction, ...]:
+                              method: enumeration.Method = enumeration.DEFAULT_METHOD,
+                              lexical: jax.Array | None = None) -> tuple[Prediction, ...]:
   """:func:`predict_prepared` for several ranking methods in one program: stage 1, the
   expansion and stage 2 run once, and the i-th Prediction ranks by ``rankings[i]`` (the other
   fields are the same in all). What choosing a ranking on validation data runs."""
-  return _predict_prepared(prep, query_emb, k1, k_pool, max_size, method, rankings)
+  return _predict_prepared(prep, query_emb, k1, k_pool, max_size, method, rankings, lexical)
 
 
 def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *, k1: int,
@@ -540,7 +548,8 @@ def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *
                     method: enumeration.Method = enumeration.DEFAULT_METHOD,
                     ranking: Ranking | None = None, progress: bool = False,
                     neighbor_table: bool | None = None,
-                    rankings: tuple[Ranking, ...] | None = None
+                    rankings: tuple[Ranking, ...] | None = None,
+                    lexical: np.ndarray | None = None
                     ) -> Prediction | tuple[Prediction, ...]:
   """:func:`predict_prepared` over any number of queries in fixed-size chunks (one compilation
   of :func:`predict_prepared_rankings`, which the single-ranking case runs with one name).
@@ -555,6 +564,8 @@ def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *
       pays for itself here (Q·K1 ≥ N: the table costs N²·d, a full scan N·K1·d per query).
     rankings: instead of ``ranking``, several methods at once
       (:func:`predict_prepared_rankings`: one stage 2 for all of them).
+    lexical: f32[Q, N] the queries' lexical scores, required for a model with the lexical
+      term (:mod:`hyset_jax.lexical`), ignored otherwise.
 
   Returns:
     Prediction of NumPy arrays; with ``rankings``, one per method, in that order.
@@ -566,6 +577,11 @@ def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *
   num_tools = int(params.tool_embeddings.shape[0])
   enumeration.validate_sizes(k_pool, max_size, k1=k1, num_tools=num_tools)
   n = query_emb.shape[0]
+  if params.lexical_weight is None:
+    lexical = None
+  elif lexical is None or np.shape(lexical) != (n, num_tools):
+    raise ValueError(f"this model has a lexical term: lexical scores f32[{n}, {num_tools}] are "
+                     f"needed, got {None if lexical is None else np.shape(lexical)}")
   if not isinstance(model, PreparedModel):
     if neighbor_table is None:
       neighbor_table = n * k1 >= num_tools
@@ -581,8 +597,12 @@ def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *
     pad = batch_size - chunk.shape[0]
     if pad:
       chunk = np.concatenate([chunk, np.zeros((pad, chunk.shape[1]), np.float32)])
+    lex = None
+    if lexical is not None:
+      lex = np.asarray(lexical[start:start + batch_size], np.float32)
+      lex = np.concatenate([lex, np.zeros((pad, num_tools), np.float32)]) if pad else lex
     out = predict_prepared_rankings(model, chunk, k1=k1, k_pool=k_pool, max_size=max_size,
-                                    method=method, rankings=names)
+                                    method=method, rankings=names, lexical=lex)
     chunks.append(jax.tree.map(lambda a, m=batch_size - pad: np.asarray(a)[:m], out))
   preds = tuple(Prediction(*(np.concatenate(parts) for parts in zip(*(c[i] for c in chunks))))
                 for i in range(len(names)))

@@ -1,7 +1,8 @@
 """The model directory (docs/contracts.md): what ``hyset export`` writes and ``hyset predict
 --model`` reads, also when another stack wrote it. Format ``hyset/2`` is written, ``hyset/3``
 when the model has a seen-set prior (so that a reader that predates the prior refuses it
-instead of scoring without it); ``hyset/1`` (no tower, no ranking field) is still read.
+instead of scoring without it), ``hyset/4`` when it has the lexical term (with or without a
+prior); ``hyset/1`` (no tower, no ranking field) is still read.
 
 Layout::
 
@@ -15,8 +16,12 @@ Layout::
                                                                       the term is on)
                        prior_members i32[S, M] (tool rows, ascending, -1 padding),
                        prior_w f32[S, d_r], prior_b f32[S], prior_weight f32[] (λ ≥ 0),
-                       prior_floor f32[] (log τ ≤ 0)                        (hyset/3 only)
-  manifest.json        {"format": "hyset/2" or "hyset/3", "tool_ids": [...N ids, row order...],
+                       prior_floor f32[] (log τ ≤ 0)                        (hyset/3, /4)
+                       lexical_weight f32[] (β ≥ 0)                         (hyset/4 only)
+  lexical.json         (hyset/4 only) {"tokenizer": "hyset-bm25/1", "k1": 1.5, "b": 0.75,
+                        "tool_texts": [...N texts, row order...]}: the lexical term's BM25
+                        index (hyset_jax.lexical)
+  manifest.json        {"format": "hyset/2", "/3" or "/4", "tool_ids": [...N ids, row order...],
                         "max_set_size": M, "k1": K1, "k_pool": K_pool,
                         "query_encoder": "..." or null,
                         "ranking": "greedy"|"logit"|"set-first"|"set-mean"|"set-max"}
@@ -34,18 +39,21 @@ import pathlib
 
 import numpy as np
 
+from hyset_jax import lexical as lexical_lib
 from hyset_jax.errors import UserError
 from hyset_jax.inference import DEFAULT_RANKING, RANKINGS
 from hyset_jax.scoring import HysetParams, QueryInteraction, QueryTower, SetPrior
 
 FORMAT = "hyset/2"
 PRIOR_FORMAT = "hyset/3"  # hyset/2 plus the seen-set prior's tensors
-READABLE = ("hyset/1", "hyset/2", "hyset/3")
+LEXICAL_FORMAT = "hyset/4"  # the lexical term's β and lexical.json (a prior optional)
+READABLE = ("hyset/1", "hyset/2", "hyset/3", "hyset/4")
 # Optional tensor groups: all of a group or none. The prior's only in (and always in) hyset/3.
 GROUPS = {"tower": QueryTower, "conditioned": QueryInteraction, "prior": SetPrior}
 INT_TENSORS = ("prior_members",)  # tool rows; every other tensor is f32
 PARAMS_FILE = "params.safetensors"
 MANIFEST_FILE = "manifest.json"
+LEXICAL_FILE = "lexical.json"
 # Symmetry and unit-norm tolerances: loose enough for f32 round-trips through other stacks,
 # tight enough to catch a matrix that was never symmetrised or rows never normalised.
 SYMMETRY_RTOL = 1e-4
@@ -62,6 +70,8 @@ class ModelDir:
   query_encoder: str | None    # None: the writer names no query encoder (bring embeddings)
   path: pathlib.Path | None = None
   ranking: str | None = None   # the default ranking method; None = inference.DEFAULT_RANKING
+  # The lexical term's BM25 index (tool texts); set exactly when params.lexical_weight is.
+  lexical: lexical_lib.LexicalIndex | None = None
 
   @property
   def default_ranking(self) -> str:
@@ -69,8 +79,13 @@ class ModelDir:
     inference.DEFAULT_RANKING."""
     return self.ranking or DEFAULT_RANKING
 
+  def lexical_scores(self, queries) -> np.ndarray | None:
+    """The lexical scores ``queries`` (texts) need under this model; None without the term."""
+    return lexical_lib.query_scores(self.params.lexical_weight, self.lexical, queries)
+
   def manifest(self) -> dict:
-    fmt = FORMAT if self.params.prior is None else PRIOR_FORMAT
+    fmt = (LEXICAL_FORMAT if self.params.lexical_weight is not None
+           else FORMAT if self.params.prior is None else PRIOR_FORMAT)
     return {"format": fmt, "tool_ids": list(self.tool_ids), "max_set_size": self.max_set_size,
             "k1": self.k1, "k_pool": self.k_pool, "query_encoder": self.query_encoder,
             "ranking": self.default_ranking}
@@ -145,7 +160,7 @@ def validate(model: ModelDir, where: pathlib.Path | str = "model",
   """
   from hyset_jax.enumeration import validate_sizes
   mwhere = manifest_where or where
-  z, p, ms, tower, cond, prior = model.params
+  z, p, ms, tower, cond, prior, lexical_weight = model.params
   if z.ndim != 2:
     raise UserError(f"{where}: tensor 'tool_embeddings' must be [N, d_z], got shape {z.shape}")
   n, d_z = z.shape
@@ -162,6 +177,19 @@ def validate(model: ModelDir, where: pathlib.Path | str = "model",
     _validate_conditioned(cond, p.shape[0], d_z, model.max_set_size, where)
   if prior is not None:
     _validate_prior(prior, n, p.shape[0], model.max_set_size, where)
+  if (lexical_weight is None) != (model.lexical is None):
+    raise UserError(f"{where}: " + (
+        "tensor 'lexical_weight' (the lexical term's β) needs the tool texts of "
+        f"{LEXICAL_FILE}" if model.lexical is None else
+        f"{LEXICAL_FILE} (the lexical term) needs tensor 'lexical_weight'"))
+  if lexical_weight is not None:
+    beta = np.asarray(lexical_weight)
+    if beta.shape != () or not np.isfinite(beta) or beta < 0:
+      raise UserError(f"{where}: tensor 'lexical_weight' must be one finite number ≥ 0 (β), "
+                      f"got {beta.tolist()!r}")
+    if len(model.lexical.tool_texts) != n:
+      raise UserError(f"{LEXICAL_FILE}: field 'tool_texts' has {len(model.lexical.tool_texts)} "
+                      f"texts but tensor 'tool_embeddings' has {n} rows")
   if len(model.tool_ids) != n:
     raise UserError(f"{mwhere}: field 'tool_ids' has {len(model.tool_ids)} ids but tensor "
                     f"'tool_embeddings' in {where} has {n} rows")
@@ -255,7 +283,7 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
     if have and fmt == "hyset/1":
       raise UserError(f"{ppath}: tensor {have[0]!r} belongs to format 'hyset/2' ({group}); "
                       f"the manifest says 'hyset/1'")
-    if group == "prior" and (fmt == PRIOR_FORMAT) != bool(have):
+    if group == "prior" and fmt != LEXICAL_FORMAT and (fmt == PRIOR_FORMAT) != bool(have):
       raise UserError(f"{ppath}: " + (
           f"tensor {have[0]!r} belongs to format {PRIOR_FORMAT!r} (the seen-set prior); the "
           f"manifest says {fmt!r}" if have else
@@ -268,6 +296,16 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
     if have:
       present[group] = names
       expected += names
+  lexical = None
+  if fmt == LEXICAL_FORMAT:
+    if "lexical_weight" not in tensors:
+      raise UserError(f"{ppath}: format {LEXICAL_FORMAT!r} (in {mpath}) needs tensor "
+                      f"'lexical_weight' (the lexical term's β)")
+    expected.append("lexical_weight")
+    lexical = _load_lexical(path / LEXICAL_FILE)
+  elif "lexical_weight" in tensors:
+    raise UserError(f"{ppath}: tensor 'lexical_weight' belongs to format {LEXICAL_FORMAT!r} "
+                    f"(the lexical term); the manifest says {fmt!r}")
   extra = sorted(set(tensors) - set(expected))
   if extra:
     raise UserError(f"{ppath}: unexpected tensor(s) {', '.join(map(repr, extra))} for "
@@ -291,11 +329,44 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
   groups = {g: GROUPS[g](*(f32[t] for t in names)) for g, names in present.items()}
   params = HysetParams(
       f32["tool_embeddings"], f32["projection"],
-      np.stack([f32[f"interaction_{m}"] for m in range(2, max_set_size + 1)]), **groups)
+      np.stack([f32[f"interaction_{m}"] for m in range(2, max_set_size + 1)]), **groups,
+      lexical_weight=f32.get("lexical_weight"))
   model = ModelDir(params, tuple(tool_ids), max_set_size, k1, k_pool, query_encoder, path,
-                   ranking)
+                   ranking, lexical)
   validate(model, ppath, mpath)
   return model
+
+
+def _load_lexical(lpath: pathlib.Path) -> lexical_lib.LexicalIndex:
+  """lexical.json of a hyset/4 directory, validated."""
+  if not lpath.is_file():
+    raise UserError(f"model directory {lpath.parent} (format {LEXICAL_FORMAT!r}) has no "
+                    f"{LEXICAL_FILE}")
+  try:
+    doc = json.loads(lpath.read_text(encoding="utf-8"))
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise UserError(f"{lpath}: not valid JSON ({e})") from None
+  if not isinstance(doc, dict):
+    raise UserError(f"{lpath}: expected a JSON object")
+  if doc.get("tokenizer") != lexical_lib.TOKENIZER:
+    raise UserError(f"{lpath}: field 'tokenizer' is {doc.get('tokenizer')!r}; this version "
+                    f"reads {lexical_lib.TOKENIZER!r}")
+  texts = doc.get("tool_texts")
+  if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+    raise UserError(f"{lpath}: field 'tool_texts' must be a list of strings")
+  for name in ("k1", "b"):
+    v = doc.get(name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+      raise UserError(f"{lpath}: field {name!r} must be a number ≥ 0 (BM25's {name}), got {v!r}")
+  if not texts:
+    raise UserError(f"{lpath}: field 'tool_texts' is empty")
+  return lexical_lib.LexicalIndex(tuple(texts), k1=float(doc["k1"]), b=float(doc["b"]))
+
+
+def lexical_document(index: lexical_lib.LexicalIndex) -> dict:
+  """lexical.json's content (also what the exports carry)."""
+  return {"tokenizer": lexical_lib.TOKENIZER, "k1": index.k1, "b": index.b,
+          "tool_texts": list(index.tool_texts)}
 
 
 def tensors(params: HysetParams, max_set_size: int) -> dict[str, np.ndarray]:
@@ -312,11 +383,14 @@ def tensors(params: HysetParams, max_set_size: int) -> dict[str, np.ndarray]:
       out.update({f"{group}_{k}": np.asarray(
           v, np.int32 if f"{group}_{k}" in INT_TENSORS else np.float32, order="C")
                   for k, v in values._asdict().items()})
+  if params.lexical_weight is not None:
+    out["lexical_weight"] = np.asarray(params.lexical_weight, np.float32, order="C")
   return out
 
 
 def save_model_dir(path: str | os.PathLike, model: ModelDir, *, force: bool = False) -> pathlib.Path:
-  """Write ``model`` as a ``hyset/2`` directory (``hyset/3`` with a seen-set prior).
+  """Write ``model`` as a ``hyset/2`` directory (``hyset/3`` with a seen-set prior, ``hyset/4``
+  with the lexical term).
 
   An existing non-empty ``path`` is replaced only with ``force=True``.
   """
@@ -330,6 +404,9 @@ def save_model_dir(path: str | os.PathLike, model: ModelDir, *, force: bool = Fa
     save_file(tensors(model.params, model.max_set_size), str(tmp / PARAMS_FILE))
     (tmp / MANIFEST_FILE).write_text(json.dumps(model.manifest(), indent=1) + "\n",
                                      encoding="utf-8")
+    if model.lexical is not None:
+      (tmp / LEXICAL_FILE).write_text(json.dumps(lexical_document(model.lexical),
+                                                 ensure_ascii=False) + "\n", encoding="utf-8")
   return path
 
 

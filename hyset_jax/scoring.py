@@ -92,6 +92,9 @@ class HysetParams(NamedTuple):
     conditioned: the query-conditioned set term, or None (the paper's model).
     prior: the seen-set prior, or None (the paper's model). Not trained with θ: fitted after
       it (:mod:`hyset_jax.set_prior`).
+    lexical_weight: β ≥ 0 of the lexical term, f32[], or None (the paper's model): ℓ' = ℓ +
+      β · b(x, t) with b the query's BM25 scores over its best (:mod:`hyset_jax.lexical`).
+      Chosen on validation after θ, like the prior.
   """
   tool_embeddings: jax.Array
   projection: jax.Array
@@ -99,6 +102,7 @@ class HysetParams(NamedTuple):
   tower: QueryTower | None = None
   conditioned: QueryInteraction | None = None
   prior: SetPrior | None = None
+  lexical_weight: jax.Array | None = None
 
   @property
   def max_set_size(self) -> int:
@@ -130,6 +134,23 @@ def query_vectors(params: HysetParams, query_emb: jax.Array) -> jax.Array:
 def query_logits(params: HysetParams, query_emb: jax.Array) -> jax.Array:
   """ℓ(x, t) for every query and tool of the library: f32[B, d_r] -> f32[B, N]."""
   return query_vectors(params, query_emb) @ params.tool_embeddings.T
+
+
+def with_lexical(params: HysetParams, logits: jax.Array, lexical: jax.Array | None) -> jax.Array:
+  """ℓ' = ℓ + β · b for a model with the lexical term, ℓ itself for one without.
+
+  Args:
+    params: θ; ``params.lexical_weight`` is β or None.
+    logits: f32[B, N] ℓ.
+    lexical: f32[B, N] b(x, t) (:meth:`hyset_jax.lexical.LexicalIndex.scores`); required when
+      the model has the term, ignored when it has not.
+  """
+  if params.lexical_weight is None:
+    return logits
+  if lexical is None:
+    raise ValueError("this model has a lexical term: pass the queries' lexical scores "
+                     "(hyset_jax.lexical.LexicalIndex.scores of the query texts)")
+  return logits + params.lexical_weight * lexical
 
 
 def tool_logits(query_emb: jax.Array, projection: jax.Array, tool_emb: jax.Array) -> jax.Array:

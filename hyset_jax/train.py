@@ -34,7 +34,8 @@ from hyset_jax import sharding
 from hyset_jax import config as config_lib
 from hyset_jax import workdir as workdir_lib
 from hyset_jax.errors import UserError
-from hyset_jax.evaluation import RANK_METRICS, choose_prior, choose_ranking, evaluate_split
+from hyset_jax.evaluation import (RANK_METRICS, choose_lexical, choose_prior, choose_ranking,
+                                  evaluate_split)
 from hyset_jax.train_data import TrainingData, prepare_data
 
 log = logging.getLogger("hyset_jax.train")
@@ -366,9 +367,11 @@ def _finish(state, loop, data, config, workdir, mlog, seconds) -> dict[str, Any]
   mc, pid = config.model, jax.process_index()
   best = modeldir.load_model_dir(workdir / "best") if (workdir / "best").exists() else None
   ranking, by_ranking, before = mc.ranking, None, best
+  if mc.lexical and best is not None:
+    best, ranking, by_ranking = _fit_lexical(best, data, config)
   if mc.set_prior and best is not None:
     best, ranking, by_ranking = _fit_prior(best, data, config)
-  elif ranking == "auto":
+  elif ranking == "auto" and not (mc.lexical and best is not None):
     ranking = inference.DEFAULT_RANKING
     if best is not None:
       ranking, by_ranking = choose_ranking(best.params, data.splits[config.data.val_split],
@@ -392,7 +395,7 @@ def _finish(state, loop, data, config, workdir, mlog, seconds) -> dict[str, Any]
   if best is not None and config.data.test_split in data.splits:
     summary["test"] = evaluate_split(best.params, data.splits[config.data.test_split],
                                      data.tool_ids, mc, config.train.eval_batch_size,
-                                     ranking=ranking)
+                                     ranking=ranking, lexical=best.lexical)
     if pid == 0:
       import json
       (workdir / "test_metrics.json").write_text(json.dumps(summary["test"], indent=1) + "\n")
@@ -411,13 +414,39 @@ def _fit_prior(best, data: TrainingData, config: config_lib.Config):
   prior = set_prior.fit(train_qs.embeddings, train_qs.gold, mc.max_set_size, config.train.seed)
   log.info("seen-set prior: %d training sets, fitted in %.0fs", len(prior.b), time.time() - t0)
   chosen, ranking, table = choose_prior(best.params, prior, data.splits[config.data.val_split],
-                                        data.tool_ids, mc, config.train.eval_batch_size)
+                                        data.tool_ids, mc, config.train.eval_batch_size,
+                                        lexical=best.lexical)
   if chosen is None:
     log.info("seen-set prior: none chosen on validation (ranking %r)", ranking)
     return best, ranking, table
   log.info("seen-set prior: λ = %g, τ = %g, ranking %r chosen on validation",
            float(chosen.weight), float(np.exp(chosen.floor)), ranking)
   return dataclasses.replace(best, params=best.params._replace(prior=chosen)), ranking, table
+
+
+def _fit_lexical(best, data: TrainingData, config: config_lib.Config):
+  """best/ with the lexical term, its β (and the ranking, for ``model.ranking=auto``) chosen on
+  validation; without it when no β > 0 beats it.
+
+  Returns (the model directory to write, the ranking, every candidate's validation metrics).
+  """
+  from hyset_jax.lexical import LexicalIndex
+  mc = config.model
+  # A rerun rechooses β (and refits the prior after it, _fit_prior).
+  best = dataclasses.replace(best, params=best.params._replace(lexical_weight=None, prior=None),
+                             lexical=None)
+  t0 = time.time()
+  index = LexicalIndex(data.tool_texts)
+  beta, ranking, table = choose_lexical(best.params, index, data.splits[config.data.val_split],
+                                        data.tool_ids, mc, config.train.eval_batch_size)
+  if beta is None:
+    log.info("lexical term: none chosen on validation (ranking %r, %.0fs)", ranking,
+             time.time() - t0)
+    return best, ranking, table
+  log.info("lexical term: β = %g, ranking %r chosen on validation (%.0fs)", beta, ranking,
+           time.time() - t0)
+  params = best.params._replace(lexical_weight=np.float32(beta))
+  return dataclasses.replace(best, params=params, lexical=index), ranking, table
 
 
 def _progress_bar(enabled: bool, total: int, initial: int, name: str):

@@ -34,6 +34,7 @@ class TrainingData:
   tool_embeddings: np.ndarray       # f32[N, d_z], encoder output
   query_encoder: str
   splits: dict[str, QuerySet]
+  tool_texts: tuple[str, ...] = ()  # row order; what the lexical term's BM25 indexes
 
 
 def load_config_dataset(c: config_lib.DataConfig, max_set_size: int):
@@ -78,4 +79,4 @@ def prepare_data(config: config_lib.Config) -> TrainingData:
   log.info("encoding %d tools", len(dataset.tools))
   tool_emb = np.asarray(encode_cached(encoder, dataset.tools.texts), np.float32)
   return TrainingData(dataset.tools.ids, tool_emb, encoder_reference(config.model.encoder or None),
-                      splits)
+                      splits, tuple(dataset.tools.texts))

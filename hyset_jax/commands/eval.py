@@ -124,7 +124,7 @@ def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary
   encoder = _load_encoder(encoder_dir if encoder_dir is not None else model.query_encoder)
   return HysetRetriever(model.params, model_ids, encoder,
                         k1=model.k1, k_pool=model.k_pool, max_size=model.max_set_size,
-                        ranking=ranking or model.ranking)
+                        ranking=ranking or model.ranking, lexical=model.lexical)
 
 
 def build_retriever(method: str, tools: ToolLibrary, *, model: str | None = None,

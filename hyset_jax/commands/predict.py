@@ -69,8 +69,10 @@ def load_query_embeddings(path: str | pathlib.Path, dim: int) -> np.ndarray:
   return x.astype(np.float32)
 
 
-def encode_queries(path: str, encoder_name: str, dim: int) -> tuple[list[str], np.ndarray]:
-  """BEIR-format queries encoded with the model's query encoder (cached)."""
+def encode_queries(path: str, encoder_name: str, dim: int
+                   ) -> tuple[list[str], np.ndarray, list[str]]:
+  """BEIR-format queries encoded with the model's query encoder (cached): (ids, f32[Q, d_r],
+  texts)."""
   from hyset_jax.data import files
   from hyset_jax.data.beir import read_queries
   from hyset_jax.encoder import encode_cached, load_encoder
@@ -79,8 +81,9 @@ def encode_queries(path: str, encoder_name: str, dim: int) -> tuple[list[str], n
   if encoder.dim != dim:
     raise UserError(f"the query encoder {encoder_name!r} gives {encoder.dim}-d embeddings; the "
                     f"model's projection expects d_r = {dim}")
-  emb = encode_cached(encoder, [text for text, _ in queries.values()])
-  return list(queries), np.asarray(emb, np.float32)
+  texts = [text for text, _ in queries.values()]
+  emb = encode_cached(encoder, texts)
+  return list(queries), np.asarray(emb, np.float32), texts
 
 
 def resolve_overrides(model, k1: int | None, k_pool: int | None, max_size: int | None):
@@ -106,12 +109,18 @@ def run(args: argparse.Namespace) -> int:
   model_path = best_model_dir(args.model)
   model = modeldir.load_model_dir(model_path)
   k1, k_pool, max_size = resolve_overrides(model, args.k1, args.k_pool, args.max_size)
+  lexical = None
   if args.query_embeddings:
+    if model.lexical is not None:
+      raise UserError(f"{model_path}: this model has a lexical term (BM25 over the tool texts, "
+                      f"format hyset/4), which needs the query texts: pass --queries, not "
+                      f"--query-embeddings")
     emb = load_query_embeddings(args.query_embeddings, model.params.projection.shape[0])
     query_ids = [str(i) for i in range(emb.shape[0])]
   else:
-    query_ids, emb = encode_queries(args.queries, model.query_encoder,
-                                    model.params.projection.shape[0])
+    query_ids, emb, texts = encode_queries(args.queries, model.query_encoder,
+                                           model.params.projection.shape[0])
+    lexical = model.lexical_scores(texts)
   # The fast path: per-model products and the expansion's neighbour table, cached beside the
   # model directory (built once per model, N²·d flops).
   prepared = inference.prepare(model.params, max_size=max_size, k_pool=k_pool,
@@ -119,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
                                progress=len(model.tool_ids) > 20_000)
   pred = inference.predict_batched(prepared, emb, k1=k1, k_pool=k_pool, max_size=max_size,
                                    batch_size=args.batch_size, method=args.method,
-                                   ranking=args.ranking or model.ranking,
+                                   ranking=args.ranking or model.ranking, lexical=lexical,
                                    progress=emb.shape[0] > 4 * args.batch_size)
   ids = model.tool_ids
   with io_utils.atomic_write(out) as f:

@@ -26,11 +26,13 @@ class HysetRetriever:
     k1, k_pool, max_size: inference settings (paper: 15, 20, 5); ``max_size``
       defaults to the params' M.
     ranking: a ``hyset_jax.choices.RANKINGS`` name; None: the default ranking.
+    lexical: the tool texts' BM25 index (``hyset_jax.lexical``), needed when the params have
+      the lexical term.
   """
 
   def __init__(self, params: Any, tool_ids: Sequence[str], encoder: Any, *,
                k1: int = 15, k_pool: int = 20, max_size: int | None = None,
-               ranking: str | None = None):
+               ranking: str | None = None, lexical: Any = None):
     self.params = params
     self.tool_ids = tuple(tool_ids)
     self.encoder = encoder
@@ -38,6 +40,7 @@ class HysetRetriever:
     self.k_pool = k_pool
     self.max_size = params.max_set_size if max_size is None else max_size
     self.ranking = ranking
+    self.lexical = lexical
 
   @classmethod
   def untrained(cls, tools: ToolLibrary, encoder: Any, *, max_set_size: int = 5,
@@ -51,9 +54,11 @@ class HysetRetriever:
   def retrieve(self, queries: Sequence[str], depth: int) -> Retrieval:
     check_depth(depth)
     from hyset_jax.inference import predict_batched
+    from hyset_jax.lexical import query_scores
     out = predict_batched(self.params, embed(self.encoder, queries),
                           k1=self.k1, k_pool=self.k_pool, max_size=self.max_size,
-                          ranking=self.ranking)
+                          ranking=self.ranking,
+                          lexical=query_scores(self.params.lexical_weight, self.lexical, queries))
     ids = np.asarray(self.tool_ids, dtype=object)
     rankings = [ids[row[:depth]].tolist() for row in np.asarray(out.ranking)]
     # set_tools is padded with -1 after the set_size members.

@@ -146,17 +146,23 @@ class Retriever:
     """The padded batch size for n queries: the next power of two, at most ``max_batch``."""
     return min(self.max_batch, 1 << max(0, n - 1).bit_length())
 
-  def predict(self, emb: np.ndarray, options: Options) -> list[dict]:
-    """Prediction rows for f32[n, d_r] query embeddings (one device call per bucket)."""
+  def predict(self, emb: np.ndarray, options: Options,
+              lexical: np.ndarray | None = None) -> list[dict]:
+    """Prediction rows for f32[n, d_r] query embeddings (one device call per bucket);
+    ``lexical``: their f32[n, N] lexical scores, for a model with the lexical term (zeros,
+    i.e. no word matched, when not given)."""
     n = emb.shape[0]
     bucket = self.bucket(n)
     pad = -n % bucket
     if pad:
       emb = np.concatenate([emb, np.zeros((pad, emb.shape[1]), np.float32)])
+    if self.model.lexical is not None:
+      lexical = np.zeros((n, self.num_tools), np.float32) if lexical is None else lexical
+      lexical = np.concatenate([lexical, np.zeros((pad, self.num_tools), np.float32)])
     pred = inference.predict_batched(self.prepared(options.max_size), emb, k1=self.model.k1,
                                      k_pool=options.k_pool, max_size=options.max_size,
                                      batch_size=bucket, method=self.method,
-                                     ranking=options.ranking)
+                                     ranking=options.ranking, lexical=lexical)
     ids, defs = self.model.tool_ids, self.definitions
     rows = []
     for q in range(n):
@@ -175,6 +181,7 @@ class Retriever:
     prediction call per distinct option set. Returns rows per request, in order."""
     texts = [t for request_texts, _ in requests for t in request_texts]
     emb = np.asarray(self.encode(texts), np.float32)
+    lexical = self.model.lexical_scores(texts)          # None without the lexical term
     starts = np.cumsum([0] + [len(t) for t, _ in requests])
     by_options: dict[Options, list[int]] = {}
     for i, (_, options) in enumerate(requests):
@@ -182,7 +189,7 @@ class Retriever:
     out: list[list[dict]] = [[] for _ in requests]
     for options, members in by_options.items():
       rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in members])
-      answers = self.predict(emb[rows], options)
+      answers = self.predict(emb[rows], options, None if lexical is None else lexical[rows])
       k = 0
       for i in members:
         size = starts[i + 1] - starts[i]

@@ -1,0 +1,197 @@
+"""The lexical term: b is the BM25 baseline's scores over each query's best, ℓ' = ℓ + β·b drives
+the shortlist and the best set (exact against brute force, both inference paths), β is chosen on
+validation where a words-only signal exists, and it travels through training, hyset/4
+directories, hyset predict and hyset eval on real data."""
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from hyset_jax import cli
+from hyset_jax import config as config_lib
+from hyset_jax import inference, model, modeldir, train
+from hyset_jax.data.types import ToolLibrary
+from hyset_jax.errors import UserError
+from hyset_jax.evaluation import choose_lexical, evaluate_split
+from hyset_jax.lexical import LexicalIndex
+from hyset_jax.retrievers import BM25Retriever
+from hyset_jax.train_data import QuerySet
+
+from test_model_extensions import brute_score, random_params
+
+N, D, M, K1, K = 14, 6, 3, 4, 8
+WORDS = ("weather forecast", "square area", "currency exchange", "prime numbers", "flight booking",
+         "hotel search", "image rotation", "sentiment analysis", "stock price", "music playlist",
+         "calendar event", "email sender", "recipe finder", "translation service")
+TEXTS = tuple(f"{w} tool: {w.split()[1]} for the {w}" for w in WORDS)
+
+
+def test_scores_are_the_bm25_baseline_over_each_querys_best():
+  index = LexicalIndex(TEXTS)
+  queries = ["what is the weather forecast and the area of a square",
+             "book a flight", "nothing matches here zzz"]
+  got = index.scores(queries)
+  raw = BM25Retriever(ToolLibrary(tuple(map(str, range(N))), TEXTS, ({},) * N)).scores(queries)
+  assert got.dtype == np.float32 and got.shape == (3, N)
+  np.testing.assert_allclose(got[:2], raw[:2] / raw[:2].max(1, keepdims=True), rtol=1e-6)
+  assert got[:2].max(1).tolist() == [1.0, 1.0] and np.all(got[2] == 0)
+  assert got[0, 0] > 0 and got[0, 1] > 0 and got[1, 4] == 1.0   # both intents, by their words
+
+
+def brute_f_prime(params, r, lex, beta, shortlist):
+  """Every subset of the shortlist with F' (ℓ' = ℓ + β·b inside F_align), float64."""
+  ell = lambda members: np.array([brute_score(params, r, [t]) for t in members])
+  align = lambda v: float((np.exp(v - v.max()) / np.exp(v - v.max()).sum() * v).sum())
+  out = {}
+  for m in range(1, M + 1):
+    for subset in itertools.combinations(shortlist.tolist(), m):
+      e = ell(subset)
+      out[tuple(sorted(subset))] = (brute_score(params, r, list(subset)) - align(e)
+                                    + align(e + beta * lex[list(subset)]))
+  return out
+
+
+@pytest.mark.parametrize("method", ["gather", "native"])
+def test_shortlist_and_best_set_are_exact_under_the_term(method):
+  rng = np.random.default_rng(3)
+  params = random_params(rng, n=N, d=D, max_size=M)
+  queries = rng.normal(size=(10, D)).astype(np.float32)
+  lex = LexicalIndex(TEXTS).scores([WORDS[q % N] + " and " + WORDS[(3 * q + 5) % N]
+                                    for q in range(10)])
+  beta = np.float32(3.0)
+  with_term = params._replace(lexical_weight=beta)
+  got = inference.predict(with_term, queries, k1=K1, k_pool=K, max_size=M, method=method,
+                          ranking="logit", lexical=lex)
+  plain = inference.predict(params, queries, k1=K1, k_pool=K, max_size=M, method=method,
+                            ranking="logit")
+  # The prepared path (hyset predict, serve) gives the same answers.
+  fast = inference.predict_batched(with_term, queries, k1=K1, k_pool=K, max_size=M, method=method,
+                                   ranking="logit", batch_size=4, lexical=lex)
+  for name in ("shortlist", "set_tools", "set_size", "ranking"):
+    np.testing.assert_array_equal(np.asarray(getattr(got, name)), getattr(fast, name))
+  np.testing.assert_allclose(np.asarray(got.set_score), fast.set_score, rtol=1e-5, atol=1e-5)
+  ell = np.asarray(inference.scoring.query_logits(params, queries)) + beta * lex
+  moved = 0
+  for q in range(len(queries)):
+    top = np.argsort(-ell[q], kind="stable")[:K1]
+    assert sorted(np.asarray(got.shortlist[q][:K1]).tolist()) == sorted(top.tolist())
+    scores = brute_f_prime(params, queries[q].astype(np.float64), lex[q].astype(np.float64),
+                           float(beta), np.asarray(got.shortlist[q]))
+    best = max(scores, key=scores.get)
+    assert tuple(sorted(int(t) for t in got.set_tools[q][:got.set_size[q]])) == best
+    assert float(got.set_score[q]) == pytest.approx(scores[best], rel=1e-4, abs=1e-4)
+    moved += (set(np.asarray(got.shortlist[q]).tolist())
+              != set(np.asarray(plain.shortlist[q]).tolist()))
+  assert moved >= 3   # the term really moved shortlists
+  # β = 0 is the model without the term; a model with the term refuses to run without scores.
+  zero = inference.predict(params._replace(lexical_weight=np.float32(0)), queries, k1=K1,
+                           k_pool=K, max_size=M, method=method, ranking="logit", lexical=lex)
+  np.testing.assert_array_equal(np.asarray(zero.set_tools), np.asarray(plain.set_tools))
+  with pytest.raises(ValueError, match="lexical term"):
+    inference.predict_batched(with_term, queries, k1=K1, k_pool=K, max_size=M)
+
+
+def test_validation_chooses_beta_where_the_words_name_the_tool():
+  """Dense vectors that say nothing, query texts that name the gold tool: a β > 0 wins and lifts
+  recall; with query texts that match no tool, no β is chosen (the model stays as it was)."""
+  rng = np.random.default_rng(0)
+  z = rng.normal(size=(N, D)).astype(np.float32)
+  z /= np.linalg.norm(z, axis=1, keepdims=True)
+  params = model.init_params(z, D, M)
+  gold = [tuple(sorted({q % N, (q * 5 + 2) % N})) for q in range(40)]
+  texts = tuple(" and ".join(WORDS[t] for t in g) for g in gold)
+  qs = QuerySet(tuple(map(str, range(40))), texts, rng.normal(size=(40, D)).astype(np.float32),
+                tuple(gold))
+  mc = config_lib.ModelConfig(k1=K1, k_pool=K, max_set_size=M)
+  index = LexicalIndex(TEXTS)
+  beta, ranking, table = choose_lexical(params, index, qs, tuple(map(str, range(N))), mc, 16)
+  assert beta is not None and beta > 0 and f"β={beta:g} {ranking}" in table
+  with_term = params._replace(lexical_weight=np.float32(beta))
+  ids = tuple(map(str, range(N)))
+  assert (evaluate_split(with_term, qs, ids, mc, 16, ranking, lexical=index)["recall@3"]
+          > evaluate_split(params, qs, ids, mc, 16, ranking)["recall@3"] + 0.3)
+  blind = QuerySet(qs.ids, ("zzz qqq",) * 40, qs.embeddings, qs.gold)
+  assert choose_lexical(params, index, blind, ids, mc, 16)[0] is None
+
+
+@pytest.mark.heavy
+def test_training_chooses_the_term_and_predict_uses_it_on_real_bfcl(tmp_path, capsys):
+  """BFCL (the embedded data set): a 50-step run of the preset chooses β on validation, best/ is hyset/4 with
+  the tool texts, its test metrics beat the same θ without the term on recall, hyset predict
+  answers text queries with it and refuses bare embeddings, and hyset eval agrees."""
+  from hyset_jax.train_data import prepare_data
+  c = config_lib.resolve("bfcl", ["train.num_steps=50", "train.eval_every=25",
+                                  "train.checkpoint_every=25", "train.log_every=25"])
+  assert c.model.lexical   # the bfcl preset has the term on
+  summary = train.train_and_evaluate(c, tmp_path / "run", progress=False, num_devices=1)
+  best = modeldir.load_model_dir(tmp_path / "run" / "best")
+  assert best.params.lexical_weight is not None and float(best.params.lexical_weight) > 0
+  manifest = json.loads((tmp_path / "run" / "best" / "manifest.json").read_text())
+  assert manifest["format"] == "hyset/4"
+  data = prepare_data(c)
+  assert best.lexical.tool_texts == data.tool_texts
+  test = data.splits[c.data.test_split]
+  without = evaluate_split(best.params._replace(lexical_weight=None), test, best.tool_ids,
+                           c.model, 64, ranking=summary["ranking"])
+  assert summary["test"]["recall@5"] > without["recall@5"]
+  # hyset predict on three test queries, from their text
+  queries = tmp_path / "queries.jsonl"
+  queries.write_text("".join(json.dumps({"_id": test.ids[i], "text": test.texts[i]}) + "\n"
+                             for i in range(3)))
+  out = tmp_path / "pred.jsonl"
+  assert cli.main(["predict", "--model", str(tmp_path / "run"), "--queries", str(queries),
+                   "--out", str(out)]) == 0
+  rows = [json.loads(line) for line in out.read_text().splitlines()]
+  want = inference.predict_batched(best.params, test.embeddings[:3], k1=best.k1,
+                                   k_pool=best.k_pool, max_size=best.max_set_size,
+                                   ranking=best.ranking, lexical=best.lexical_scores(test.texts[:3]))
+  assert [r["set"] for r in rows] == [[best.tool_ids[t] for t in s if t >= 0]
+                                       for s in want.set_tools]
+  emb = tmp_path / "emb.npy"
+  np.save(emb, test.embeddings[:3])
+  assert cli.main(["predict", "--model", str(tmp_path / "run"), "--query-embeddings",
+                   str(emb), "--out", str(tmp_path / "p2.jsonl")]) == 2
+  assert "needs the query texts: pass --queries" in capsys.readouterr().err
+  assert not (tmp_path / "p2.jsonl").exists()
+
+
+def test_bad_lexical_files_are_refused_by_name(tmp_path):
+  rng = np.random.default_rng(1)
+  params = random_params(rng, n=N, d=D, max_size=M)._replace(lexical_weight=np.float32(2))
+  md = modeldir.ModelDir(params, tuple(map(str, range(N))), M, K1, K, None,
+                         lexical=LexicalIndex(TEXTS))
+  modeldir.save_model_dir(tmp_path / "ok", md)
+  back = modeldir.load_model_dir(tmp_path / "ok")
+  assert float(back.params.lexical_weight) == 2 and back.lexical.tool_texts == TEXTS
+  lexfile = tmp_path / "ok" / modeldir.LEXICAL_FILE
+  doc = json.loads(lexfile.read_text())
+  lexfile.write_text(json.dumps({**doc, "tool_texts": doc["tool_texts"][:-1]}))
+  with pytest.raises(UserError, match="tool_texts.*13 texts.*14 rows"):
+    modeldir.load_model_dir(tmp_path / "ok")
+  lexfile.unlink()
+  with pytest.raises(UserError, match="has no lexical.json"):
+    modeldir.load_model_dir(tmp_path / "ok")
+  with pytest.raises(UserError, match="lexical_weight"):
+    modeldir.save_model_dir(tmp_path / "bad", md.__class__(**{**md.__dict__, "lexical": None}))
+
+
+def test_the_server_scores_request_texts_with_the_term():
+  """hyset serve's retriever: a hyset/4 model's answers use each request's own words."""
+  from hyset_jax.serve.retriever import Retriever
+  rng = np.random.default_rng(2)
+  params = random_params(rng, n=N, d=D, max_size=M)._replace(lexical_weight=np.float32(50))
+  md = modeldir.ModelDir(params, tuple(map(str, range(N))), M, K1, K, None,
+                         ranking="logit", lexical=LexicalIndex(TEXTS))
+  vectors = {}
+  encode = lambda texts: np.stack([vectors.setdefault(t, rng.normal(size=D).astype(np.float32))
+                                   for t in texts])
+  server = Retriever(md, encode, [{"name": str(i)} for i in range(N)], max_batch=4)
+  texts = [WORDS[1] + " and " + WORDS[7], WORDS[4], "no words in common zzz"]
+  rows = server.retrieve_batch([(texts[:2], server.defaults), (texts[2:], server.defaults)])
+  want = inference.predict_batched(params, encode(texts), k1=K1, k_pool=K, max_size=M,
+                                   ranking="logit", lexical=md.lexical_scores(texts))
+  got = [r for request in rows for r in request]
+  assert [r["set"] for r in got] == [[str(t) for t in s if t >= 0] for s in want.set_tools]
+  assert [r["ranking"] for r in got] == [[str(t) for t in s] for s in want.ranking]
+  assert "1" in got[0]["shortlist"] and "7" in got[0]["shortlist"] and "4" in got[1]["shortlist"]
