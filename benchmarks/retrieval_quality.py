@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--ablations", nargs="*", metavar="TAG",
                       help="only these ablation rows (tags: notower nocond notool noenum noset "
                            "identity shared ztrain zfixed zfixed250 zfixed250noise zfixed250noise30 "
-                           "zfixed250noise30lex zsep nolex "
+                           "zfixed250noise30lex zsep nolex lexical "
                            "steps1500 noise "
                            "noise1500 "
                            "prior prior1500; none given: no ablations; default: all)")
@@ -345,7 +345,9 @@ def run(args: argparse.Namespace) -> int:
                 [f"train.query_noise={QUERY_NOISE}", "train.num_steps=1500"]),
                # The seen-set prior (set_prior.py), alone and over the tuned-encoder recipe.
                ("preset + seen-set prior", "prior", ["model.set_prior=true"]),
+               # The lexical term (lexical.py), removed where the preset has it, added where not.
                ("preset without the lexical term", "nolex", ["model.lexical=false"]),
+               ("preset + lexical term", "lexical", ["model.lexical=true"]),
                (f"preset + query noise σ = {QUERY_NOISE}, 1,500 steps + seen-set prior",
                 "prior1500", [f"train.query_noise={QUERY_NOISE}", "train.num_steps=1500",
                               "model.set_prior=true"])]

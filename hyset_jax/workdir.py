@@ -32,6 +32,8 @@ from hyset_jax.io_utils import atomic_write, ensure_writable_dir
 log = logging.getLogger("hyset_jax.train")
 
 CONFIG_FILE = "config.json"
+# Config keys that only change what is chosen after training: a rerun may change them.
+AFTER_TRAINING = frozenset({"model.lexical"})
 METRICS_FILE = "metrics.jsonl"
 LOCK_FILE = ".lock"
 
@@ -73,9 +75,11 @@ def check(workdir: pathlib.Path, config: config_lib.Config) -> None:
     # A key the saved config lacks is a field added since that run: it ran with its default.
     defaults = _flat(json.loads(config_lib.Config().to_json()))
     old = {**{k: defaults[k] for k in new.keys() - old.keys() if k in defaults}, **old}
-    # The mesh is how the run is laid out, not what it computes: a resume may change it.
+    # The mesh is how the run is laid out, not what it computes: a resume may change it. The
+    # lexical term is chosen after θ (train._fit_lexical), so switching it on a run rechooses.
     diff = sorted(k for k in old.keys() | new.keys()
-                  if old.get(k) != new.get(k) and not k.startswith("mesh."))
+                  if old.get(k) != new.get(k) and not k.startswith("mesh.")
+                  and k not in AFTER_TRAINING)
     if diff:
       raise UserError(f"workdir {workdir} holds a run with a different config (differs in: "
                       f"{', '.join(diff)}); resume with the same config or use a new workdir")

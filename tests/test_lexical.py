@@ -195,3 +195,22 @@ def test_the_server_scores_request_texts_with_the_term():
   assert [r["set"] for r in got] == [[str(t) for t in s if t >= 0] for s in want.set_tools]
   assert [r["ranking"] for r in got] == [[str(t) for t in s] for s in want.ranking]
   assert "1" in got[0]["shortlist"] and "7" in got[0]["shortlist"] and "4" in got[1]["shortlist"]
+
+
+def test_switching_the_term_on_a_finished_run_rechooses_without_retraining(tmp_path):
+  """model.lexical is chosen after θ: a finished workdir accepts it and only rechooses."""
+  c = config_lib.resolve("tiny", [])
+  first = train.train_and_evaluate(c, tmp_path / "run", progress=False, num_devices=1)
+  params = modeldir.load_model_dir(tmp_path / "run" / "best").params
+  assert params.lexical_weight is None
+  on = config_lib.resolve("tiny", ["model.lexical=true"])
+  again = train.train_and_evaluate(on, tmp_path / "run", progress=False, num_devices=1)
+  assert again["steps"] == first["steps"]          # nothing trained again
+  best = modeldir.load_model_dir(tmp_path / "run" / "best")
+  np.testing.assert_array_equal(best.params.projection, params.projection)
+  rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+  assert any(k.startswith("β=") for k in rows[-1]["validation_by_ranking"])
+  # Anything that changes θ is still refused.
+  with pytest.raises(UserError, match="different config"):
+    train.train_and_evaluate(config_lib.resolve("tiny", ["model.lexical=true", "train.seed=7"]),
+                             tmp_path / "run", progress=False, num_devices=1)
