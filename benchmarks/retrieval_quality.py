@@ -80,6 +80,7 @@ def ranking_rows(model_dir: pathlib.Path, data, test, mc) -> dict[str, dict]:
   from hyset_jax import inference, modeldir
   from hyset_jax.evaluation import evaluate_rankings
   md = modeldir.load_model_dir(model_dir)
+  mc = model_sizes(mc, md)
   chosen = md.default_ranking
   names = tuple(r for r in inference.RANKINGS if md.params.prior is None or r != "greedy")
   return {f"ranking {r}" + (" (chosen on validation)" if r == chosen else ""): m
@@ -93,11 +94,11 @@ def without_prior(model_dir: pathlib.Path, data, config) -> dict:
   from hyset_jax import modeldir
   from hyset_jax.evaluation import choose_ranking, evaluate_split
   md = modeldir.load_model_dir(model_dir)
-  params = md.params._replace(prior=None)
+  params, mc = md.params._replace(prior=None), model_sizes(config.model, md)
   ranking, _ = choose_ranking(params, data.splits[config.data.val_split], data.tool_ids,
-                              config.model, 256, md.lexical)
+                              mc, 256, md.lexical)
   return evaluate_split(params, data.splits[config.data.test_split], data.tool_ids,
-                        config.model, 256, ranking=ranking, lexical=md.lexical)
+                        mc, 256, ranking=ranking, lexical=md.lexical)
 
 
 def without_lexical(model_dir: pathlib.Path, data, config) -> dict | None:
@@ -108,11 +109,18 @@ def without_lexical(model_dir: pathlib.Path, data, config) -> dict | None:
   md = modeldir.load_model_dir(model_dir)
   if md.lexical is None:
     return None
-  params = md.params._replace(lexical_weight=None)
+  params, mc = md.params._replace(lexical_weight=None), model_sizes(config.model, md)
   ranking, _ = choose_ranking(params, data.splits[config.data.val_split], data.tool_ids,
-                              config.model, 256)
+                              mc, 256)
   return evaluate_split(params, data.splits[config.data.test_split], data.tool_ids,
-                        config.model, 256, ranking=ranking)
+                        mc, 256, ranking=ranking)
+
+
+def model_sizes(mc, md):
+  """``mc`` with the K1, K_pool and M a model directory was trained with (an ablation may
+  change them: zfixed250noise30)."""
+  import dataclasses
+  return dataclasses.replace(mc, k1=md.k1, k_pool=md.k_pool, max_set_size=md.max_set_size)
 
 
 def baselines(config, data, test) -> dict[str, dict]:
@@ -151,21 +159,26 @@ HEAD_VARIANTS = (("per-tool linear head, sigmoid loss", "linear-head", {"loss": 
 
 
 def trained_baselines(config, data, test, subsets: dict[str, list[int]], seeds: list[int],
-                      mlp_seeds: list[int], variant_seeds: list[int]) -> tuple[dict, dict]:
+                      mlp_seeds: list[int], variant_seeds: list[int],
+                      with_lexical: bool = False) -> tuple[dict, dict]:
   """Fits each trained baseline once per seed on the train split and scores every subset.
 
   The MLP head (the slowest fit) runs with ``mlp_seeds``, the head variants (sigmoid loss)
-  with ``variant_seeds`` (empty: not at all).
+  with ``variant_seeds`` (empty: not at all); ``with_lexical`` adds the linear head with the
+  lexical term (a row beside any HYSET row that has it).
 
   Returns ({subset: {row: [metrics per seed]}}, {row: [fit seconds per seed]}). The heads'
   threshold is chosen on the validation split (the one HYSET early-stops on).
   """
   from hyset_jax import metrics
   from hyset_jax.encoder import load_encoder
+  from hyset_jax.lexical import LexicalIndex
   from hyset_jax.retrievers import fit_baseline
+  from hyset_jax.retrievers.heads import LexicalHeadRetriever
   from hyset_jax.train_data import load_config_dataset
   c = config.data
   dataset = load_config_dataset(c, config.model.max_set_size)
+  lexical = LexicalIndex(dataset.tools.texts) if with_lexical else None
   train, validation = dataset.split(c.train_split), dataset.split(c.val_split)
   encoder = load_encoder(config.model.encoder or None)
   gold = [[data.tool_ids[t] for t in g] for g in test.gold]
@@ -192,6 +205,16 @@ def trained_baselines(config, data, test, subsets: dict[str, list[int]], seeds: 
               metrics.evaluate(ranks, golds, sets))
       logging.info("%s seed %d: fit %.0fs, test comp@5 %.4f", label, seed, costs[label][-1],
                    rows["all"][label][-1]["comp@5"])
+      if method == "linear-head" and lexical and not overrides:
+        # The same head with HYSET's lexical term (β on validation): the words' own gain.
+        fused = LexicalHeadRetriever.fit(r, lexical, validation)
+        got = fused.retrieve(list(test.texts), depth=20)
+        name_l = f"{label} + lexical term"
+        for name, keep in subsets.items():
+          rows[name].setdefault(name_l, []).append(metrics.evaluate(
+              [got.rankings[i] for i in keep], [gold[i] for i in keep]))
+        logging.info("%s seed %d: β = %g, test comp@5 %.4f", name_l, seed, fused.weight,
+                     rows["all"][name_l][-1]["comp@5"])
   return rows, costs
 
 
@@ -214,14 +237,14 @@ def multi_tool_hyset_rows(config, data, sub, runs: pathlib.Path, args) -> dict:
       if not (run / "best").exists():
         continue                     # a row run with fewer seeds (--paper-seeds)
       best = modeldir.load_model_dir(run / "best")
+      mc = model_sizes(config.model, best)
       rows.setdefault(label, []).append(evaluate_split(best.params, sub, data.tool_ids,
-                                                       config.model, 256, ranking=best.ranking,
+                                                       mc, 256, ranking=best.ranking,
                                                        lexical=best.lexical))
       if best.lexical is not None:
         plain = best.params._replace(lexical_weight=None)
         rows.setdefault(f"{label}: the same θ without the lexical term", []).append(
-            evaluate_split(plain, sub, data.tool_ids, config.model, 256,
-                           ranking=best.ranking))
+            evaluate_split(plain, sub, data.tool_ids, mc, 256, ranking=best.ranking))
   return rows
 
 
@@ -410,7 +433,8 @@ def run(args: argparse.Namespace) -> int:
   trained, fit_costs = trained_baselines(config, data, test, subsets, args.seeds,
                                          args.seeds if args.mlp_seeds is None
                                          else args.mlp_seeds,
-                                         args.ablation_seeds if args.head_variants else [])
+                                         args.ablation_seeds if args.head_variants else [],
+                                         with_lexical=True)
   for name in subsets:
     rows[name].update(trained[name])
 

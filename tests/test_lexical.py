@@ -214,3 +214,25 @@ def test_switching_the_term_on_a_finished_run_rechooses_without_retraining(tmp_p
   with pytest.raises(UserError, match="different config"):
     train.train_and_evaluate(config_lib.resolve("tiny", ["model.lexical=true", "train.seed=7"]),
                              tmp_path / "run", progress=False, num_devices=1)
+
+
+def test_the_per_tool_baseline_gets_the_same_words():
+  """The linear-head baseline with the lexical term: β chosen on validation where the words name
+  the tool (so HYSET's gain from the term is not counted as the set term's)."""
+  from hyset_jax.data.types import Query
+  from hyset_jax.retrievers.heads import LexicalHeadRetriever
+  rng = np.random.default_rng(4)
+  ids = tuple(map(str, range(N)))
+
+  class Head:  # a head whose logits know nothing
+    tool_ids = ids
+    def logits(self, queries):
+      return rng.normal(size=(len(queries), N)).astype(np.float32)
+
+  val = [Query(str(i), WORDS[i % N], (str(i % N),)) for i in range(28)]
+  fused = LexicalHeadRetriever.fit(Head(), LexicalIndex(TEXTS), val)
+  assert fused.weight > 0
+  got = fused.retrieve([WORDS[3], WORDS[9]], depth=2).rankings
+  assert [r[0] for r in got] == ["3", "9"]
+  blind = [Query(q.id, "zzz", q.gold) for q in val]
+  assert LexicalHeadRetriever.fit(Head(), LexicalIndex(TEXTS), blind).weight == 0

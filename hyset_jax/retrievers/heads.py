@@ -291,10 +291,13 @@ class ToolHeadRetriever:
       head.threshold = choose_threshold(probs, gold_rows(validation, index, "validation"))
     return head
 
+  def logits(self, queries: Sequence[str]) -> np.ndarray:
+    """f32[n_queries, n_tools] the head's logits."""
+    return np.asarray(head_logits(self.params, embed(self.encoder, queries)))
+
   def probabilities(self, queries: Sequence[str]) -> np.ndarray:
     """f32[n_queries, n_tools] per-tool probabilities (softmax or sigmoid of the logits)."""
-    logits = np.asarray(head_logits(self.params, embed(self.encoder, queries)))
-    return probabilities(logits, self.config.loss)
+    return probabilities(self.logits(queries), self.config.loss)
 
   def retrieve(self, queries: Sequence[str], depth: int) -> Retrieval:
     check_depth(depth)
@@ -305,3 +308,35 @@ class ToolHeadRetriever:
     ids = np.asarray(self.tool_ids, dtype=object)
     return Retrieval(rankings=rankings,
                      sets=[ids[s].tolist() for s in threshold_sets(probs, self.threshold)])
+
+
+class LexicalHeadRetriever:
+  """A per-tool head with HYSET's lexical term: logits + β · b(x, t) (:mod:`hyset_jax.lexical`),
+  β chosen on validation queries from ``lexical.WEIGHTS`` (0 competes and wins ties) by the mean
+  of R@3/5, NDCG@3/5 and COMP@3/5 — the baseline that HYSET with the term is compared with, so
+  that the words' gain is not counted as the set term's. Ranks only (its set: the top 5)."""
+
+  def __init__(self, head: ToolHeadRetriever, index: Any, weight: float = 0.0):
+    self.head, self.index, self.weight = head, index, float(weight)
+    self.tool_ids = head.tool_ids
+
+  def scores(self, queries: Sequence[str]) -> np.ndarray:
+    return self.head.logits(queries) + self.weight * self.index.scores(queries)
+
+  @classmethod
+  def fit(cls, head: ToolHeadRetriever, index: Any,
+          validation: Sequence[Query]) -> LexicalHeadRetriever:
+    from hyset_jax import lexical, metrics
+    texts = [q.text for q in validation]
+    logits, b = head.logits(texts), index.scores(texts)
+    gold = [list(q.gold) for q in validation]
+    keys = ("recall@3", "recall@5", "ndcg@3", "ndcg@5", "comp@3", "comp@5")
+    def mean(weight):
+      m = metrics.evaluate(top_k_ids(logits + weight * b, head.tool_ids, 20), gold)
+      return float(np.mean([m[k] for k in keys]))
+    best = max((0.0,) + lexical.WEIGHTS, key=lambda w: (mean(w), -w))
+    return cls(head, index, best)
+
+  def retrieve(self, queries: Sequence[str], depth: int) -> Retrieval:
+    check_depth(depth)
+    return Retrieval(rankings=top_k_ids(self.scores(queries), self.tool_ids, depth))
