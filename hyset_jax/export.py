@@ -7,7 +7,9 @@ over a non-empty one unless ``force``:
 - ``npz``: ``model.npz``, readable with ``np.load(path, allow_pickle=False)`` — the same arrays
   (``tool_embeddings``, ``projection``, ``interaction_2`` … ``interaction_M``) plus ``tool_ids``
   (unicode) and the manifest fields (``format``, ``max_set_size``, ``k1``, ``k_pool``,
-  ``query_encoder``) as 0-d arrays.
+  ``query_encoder``) as 0-d arrays; a model with the lexical term (``hyset/4``) adds
+  ``lexical_weight`` (β), ``lexical_tool_texts`` (unicode, row order), ``lexical_k1``,
+  ``lexical_b`` and ``lexical_tokenizer``.
 - ``projector``: TensorBoard Embedding Projector files — ``tensors.tsv`` (the rows of Z),
   ``metadata.tsv`` (header ``id  category  name``), ``projector_config.pbtxt`` (TensorBoard's
   ``ProjectorConfig``, paths relative to the directory) and ``projector_config.json`` (the
@@ -16,7 +18,9 @@ over a non-empty one unless ``force``:
   dimension ``q`` — ``stage1`` (query → shortlist), ``stage2`` (shortlist → best set, score,
   ranking) and ``predict`` (both) — each as ``<name>.jax_exported`` (``Exported.serialize()``),
   described by ``signature.json``. Loading needs only ``jax`` (``jax.export.deserialize``), not
-  this package.
+  this package. A model with the lexical term takes a second input ``lexical_scores``
+  f32[q, N] in ``stage1`` and ``predict`` (b(x, t): the query's BM25 scores over its best; β is
+  embedded), and the directory holds ``lexical.json`` to compute it from the query text.
 - ``onnx``: ``stage1.onnx`` and ``stage2.onnx`` (fixed batch) for onnxruntime, with
   ``signature.json`` — :mod:`hyset_jax.export_onnx`.
 """
@@ -57,6 +61,10 @@ def write_npz(out: str | os.PathLike, model: modeldir.ModelDir, *,
   (``query_encoder`` left out when the model names none)."""
   arrays = modeldir.tensors(model.params, model.max_set_size)
   arrays["tool_ids"] = np.asarray(model.tool_ids, dtype=str)
+  if model.lexical is not None:
+    doc = modeldir.lexical_document(model.lexical)
+    arrays["lexical_tool_texts"] = np.asarray(doc["tool_texts"], dtype=str)
+    arrays.update({f"lexical_{k}": np.asarray(doc[k]) for k in ("k1", "b", "tokenizer")})
   arrays.update({k: np.asarray(v) for k, v in model.manifest().items()
                  if k != "tool_ids" and v is not None})
   with atomic_dir(out, force, marker=MARKERS["npz"], what="npz export") as tmp:
@@ -145,7 +153,10 @@ def write_projector(out: str | os.PathLike, model: modeldir.ModelDir,
 
 _OUTPUT_DOCS = {
     "shortlist": "tool rows (indices into tool_ids) in shortlist order: S0 by ℓ, then expansion",
-    "shortlist_logits": "ℓ(x, t) = r(x)ᵀ P z_t of the shortlist tools",
+    "shortlist_logits": "ℓ(x, t) = q(r(x))ᵀ P z_t of the shortlist tools (+ β · lexical_scores "
+                        "with the lexical term)",
+    "lexical_scores": "b(x, t): the query's BM25 scores over the tool texts divided by its "
+                      "largest, 0 where no word matches (lexical.json says how)",
     "set_tools": "tool rows of the best set, ascending shortlist position, padded with -1",
     "set_size": "number of tools in the best set",
     "set_score": "F(x, E) of the best set",
@@ -172,8 +183,11 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
   # The portable JAX form: the native kernel is a custom call that other stacks cannot run.
   method = choices.PORTABLE_METHOD
 
-  def stage1(query_embeddings):
-    return tuple(inference.shortlist(params, query_embeddings, k1, k_pool, max_size))
+  lexical = model.lexical is not None
+
+  def stage1(query_embeddings, lexical_scores=None):
+    return tuple(inference.shortlist(params, query_embeddings, k1, k_pool, max_size,
+                                     lexical_scores))
 
   def stage2_fn(query_embeddings, shortlist, shortlist_logits):
     # A plain tuple: the artifact must load where inference.Reranked is not registered.
@@ -182,16 +196,18 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
                                   k_pool=k_pool, max_size=max_size, method=method,
                                   ranking=ranking))
 
-  def predict(query_embeddings):
+  def predict(query_embeddings, lexical_scores=None):
     p = inference.predict(params, query_embeddings, k1=k1, k_pool=k_pool, max_size=max_size,
-                          method=method, ranking=ranking)
+                          method=method, ranking=ranking, lexical=lexical_scores)
     return (p.shortlist, p.set_tools, p.set_size, p.set_score, p.ranking)
 
+  # The lexical term's scores come from the query text, outside the graph (like r(x)).
+  queries = ["query_embeddings"] + (["lexical_scores"] if lexical else [])
   return {
-      "stage1": (stage1, ["query_embeddings"], ["shortlist", "shortlist_logits"]),
+      "stage1": (stage1, queries, ["shortlist", "shortlist_logits"]),
       "stage2": (stage2_fn, ["query_embeddings", "shortlist", "shortlist_logits"],
                  ["set_tools", "set_size", "set_score", "ranking"]),
-      "predict": (predict, ["query_embeddings"],
+      "predict": (predict, queries,
                   ["shortlist", "set_tools", "set_size", "set_score", "ranking"]),
   }
 
@@ -213,7 +229,8 @@ def write_stablehlo(out: str | os.PathLike, model: modeldir.ModelDir, *, force: 
   q, = export.symbolic_shape("q")
   inputs = {"query_embeddings": jax.ShapeDtypeStruct((q, d_r), jnp.float32),
             "shortlist": jax.ShapeDtypeStruct((q, k_pool), jnp.int32),
-            "shortlist_logits": jax.ShapeDtypeStruct((q, k_pool), jnp.float32)}
+            "shortlist_logits": jax.ShapeDtypeStruct((q, k_pool), jnp.float32),
+            "lexical_scores": jax.ShapeDtypeStruct((q, n), jnp.float32)}
   signature = {
       "format": STABLEHLO_FORMAT,
       "serialization": "jax.export: Exported.serialize(); load with "
@@ -224,7 +241,8 @@ def write_stablehlo(out: str | os.PathLike, model: modeldir.ModelDir, *, force: 
       "static": {"k1": k1, "k_pool": k_pool, "max_set_size": m, "num_tools": n,
                  "query_dim": d_r, "tool_dim": d_z, "method": choices.PORTABLE_METHOD,
                  "ranking": model.default_ranking,
-                 "query_encoder": model.query_encoder},
+                 "query_encoder": model.query_encoder,
+                 "lexical": lexical_static(model)},
       "tool_ids": list(model.tool_ids),
       "functions": {},
   }
@@ -247,4 +265,22 @@ def write_stablehlo(out: str | os.PathLike, model: modeldir.ModelDir, *, force: 
       }
     (tmp / SIGNATURE_FILE).write_text(json.dumps(signature, indent=1, ensure_ascii=False) + "\n",
                                       encoding="utf-8")
+    write_lexical(tmp, model)
   return pathlib.Path(out)
+
+
+def lexical_static(model: modeldir.ModelDir) -> dict | None:
+  """signature.json's ``static.lexical``: β and how b is computed (None without the term)."""
+  if model.lexical is None:
+    return None
+  doc = modeldir.lexical_document(model.lexical)
+  return {"weight": float(model.params.lexical_weight), "tokenizer": doc["tokenizer"],
+          "k1": doc["k1"], "b": doc["b"], "tool_texts": modeldir.LEXICAL_FILE}
+
+
+def write_lexical(directory: pathlib.Path, model: modeldir.ModelDir) -> None:
+  """lexical.json beside an export's artifacts, for a model with the lexical term."""
+  if model.lexical is not None:
+    (directory / modeldir.LEXICAL_FILE).write_text(
+        json.dumps(modeldir.lexical_document(model.lexical), ensure_ascii=False) + "\n",
+        encoding="utf-8")

@@ -3,11 +3,13 @@
 Files::
 
   stage1.onnx     query_embeddings f32[B, d_r] -> shortlist i32[B, K_pool],
-                                                  shortlist_logits f32[B, K_pool]
+                  (+ lexical_scores f32[B, N]      shortlist_logits f32[B, K_pool]
+                   with the lexical term)
   stage2.onnx     query_embeddings, shortlist, shortlist_logits
                                                -> set_tools i32[B, M], set_size i32[B],
                                                   set_score f32[B], ranking i32[B, K_pool]
   signature.json  format, sizes, tool_ids (row order), inputs and outputs of each model
+  lexical.json    with the lexical term only: how to compute lexical_scores from the text
 
 The functions converted are the StableHLO export's (:func:`hyset_jax.export.stablehlo_functions`:
 :func:`hyset_jax.inference.shortlist` and :func:`hyset_jax.inference.rerank` with θ closed over),
@@ -123,14 +125,15 @@ def write_onnx(out: str | os.PathLike, model: modeldir.ModelDir, *, batch: int =
   import onnx
   from jax2onnx import to_onnx
 
-  from hyset_jax.export import stablehlo_functions
+  from hyset_jax.export import lexical_static, stablehlo_functions, write_lexical
   if batch < 1:
     raise UserError(f"--onnx-batch must be ≥ 1, got {batch}")
   k1, k_pool, m = model.k1, model.k_pool, model.max_set_size
   d_r = int(model.params.projection.shape[0])
   specs = {"query_embeddings": jax.ShapeDtypeStruct((batch, d_r), jnp.float32),
            "shortlist": jax.ShapeDtypeStruct((batch, k_pool), jnp.int32),
-           "shortlist_logits": jax.ShapeDtypeStruct((batch, k_pool), jnp.float32)}
+           "shortlist_logits": jax.ShapeDtypeStruct((batch, k_pool), jnp.float32),
+           "lexical_scores": jax.ShapeDtypeStruct((batch, len(model.tool_ids)), jnp.float32)}
   functions = stablehlo_functions(model, k1=k1, k_pool=k_pool, max_size=m)
   signature = {
       "format": ONNX_FORMAT, "exporter": f"jax2onnx {_version('jax2onnx')}", "opset": OPSET,
@@ -138,7 +141,7 @@ def write_onnx(out: str | os.PathLike, model: modeldir.ModelDir, *, batch: int =
       "static": {"k1": k1, "k_pool": k_pool, "max_set_size": m,
                  "num_tools": len(model.tool_ids), "query_dim": d_r, "method": choices.PORTABLE_METHOD,
                  "ranking": model.default_ranking,
-                 "query_encoder": model.query_encoder},
+                 "query_encoder": model.query_encoder, "lexical": lexical_static(model)},
       "tool_ids": list(model.tool_ids), "models": {}}
   with atomic_dir(out, force) as tmp:
     for name in ("stage1", "stage2"):
@@ -157,6 +160,11 @@ def write_onnx(out: str | os.PathLike, model: modeldir.ModelDir, *, batch: int =
                                    "rewritten_bool_ops": patched}
     (tmp / "signature.json").write_text(json.dumps(signature, indent=1, ensure_ascii=False)
                                         + "\n", encoding="utf-8")
+    write_lexical(tmp, model)
+  # jax2onnx traces through JAX's own caches with its primitives swapped in; a later trace of
+  # the same jitted function in this process (a StableHLO export, measured: "MLIR translation
+  # rule for primitive 'jax.numpy.arange' not found") would reuse those jaxprs. Drop them.
+  jax.clear_caches()
   return pathlib.Path(out)
 
 

@@ -7,7 +7,7 @@ their port against it, or simply use it. This file imports neither JAX nor ``hys
 
     python reference.py --model DIR --query-embeddings queries.npy --out predictions.jsonl [--force]
 
-DIR is a ``hyset/3``, ``hyset/2`` or ``hyset/1`` model directory (``params.safetensors`` is parsed here: an
+DIR is a ``hyset/4``, ``hyset/3``, ``hyset/2`` or ``hyset/1`` model directory (``params.safetensors`` is parsed here: an
 8-byte little-endian header length, a JSON header, raw little-endian tensors), an ``npz`` export
 (``model.npz`` or its directory) or a ``hyset train`` workdir (its ``best/``). The output has
 the lines ``hyset predict --query-embeddings`` writes: ``query_id`` (the row), ``set``,
@@ -25,6 +25,9 @@ The rules, float32 throughout as in JAX:
 - Query tower (hyset/2, depth L ≥ 1): q(r) = h_L with h_0 = r and
   h_{l+1} = h_l + relu(h_l W_l + b_l) U_l + c_l; without one q(r) = r.
 - Stage 1: ℓ = (q(r) P) Zᵀ; S0 = the K1 largest ℓ, ties to the lower row.
+- Lexical term (hyset/4, tensor ``lexical_weight`` β): ℓ' = ℓ + β · b replaces ℓ everywhere,
+  b f32[Q, N] given with ``--lexical-scores`` (the query's BM25 scores over the tool texts
+  divided by its largest, as ``lexical.json`` describes; this file does not tokenise text).
 - Expansion: g(t) = max_{i∈S0} z_tᵀ M_M z_i for t ∉ S0; the K_pool − K1 tools first by
   descending g, then descending ℓ, then ascending row; shortlist = S0 (by ℓ) then these (by g).
 - Stage 2: every subset of the shortlist of size 1..M, sizes ascending and colex order within a
@@ -63,7 +66,7 @@ from typing import NamedTuple
 import numpy as np
 
 # hyset/2 adds the query tower, the conditioned term and the ranking field; hyset/3 the prior.
-FORMATS = ("hyset/1", "hyset/2", "hyset/3")
+FORMATS = ("hyset/1", "hyset/2", "hyset/3", "hyset/4")  # hyset/4: the lexical term
 RANKINGS = ("greedy", "logit", "set-first", "set-mean", "set-max")
 # hyset/2's optional tensor groups, stored as "<group>_<field>".
 GROUPS = {"tower": ("w_in", "b_in", "w_out", "b_out"), "conditioned": ("u", "w", "v", "b"),
@@ -96,6 +99,7 @@ class Model(NamedTuple):
                                                      #  v f32[M-1, d_r], b f32[M-1])
   prior: tuple[np.ndarray, ...] | None = None  # (members i32[S, M], w f32[S, d_r], b f32[S],
                                                #  weight f32[] λ, floor f32[] log τ)
+  lexical_weight: float | None = None  # β of the lexical term (hyset/4)
 
 
 # --------------------------------------------------------------------------- reading
@@ -329,7 +333,7 @@ def _model(tensors: dict, manifest: dict, where: str, tensors_where: str) -> Mod
     if present and fmt == "hyset/1":
       raise ModelError(f"{tensors_where}: tensor {present[0]!r} belongs to hyset/2 ({group}), "
                        f"which format 'hyset/1' does not have")
-    if group == "prior" and (fmt == "hyset/3") != bool(present):
+    if group == "prior" and fmt != "hyset/4" and (fmt == "hyset/3") != bool(present):
       raise ModelError(f"{tensors_where}: " + (
           f"tensor {present[0]!r} belongs to format 'hyset/3' (the seen-set prior); the "
           f"manifest says {fmt!r}" if present else
@@ -340,6 +344,19 @@ def _model(tensors: dict, manifest: dict, where: str, tensors_where: str) -> Mod
                        f"{', '.join(names)})")
     groups[group] = present
     expected += present
+  if (fmt == "hyset/4") != ("lexical_weight" in tensors):
+    raise ModelError(f"{tensors_where}: " + (
+        f"tensor 'lexical_weight' belongs to format 'hyset/4' (the lexical term); the manifest "
+        f"says {fmt!r}" if fmt != "hyset/4" else
+        "format 'hyset/4' needs tensor 'lexical_weight' (the lexical term's β)"))
+  lexical_weight = None
+  if fmt == "hyset/4":
+    expected.append("lexical_weight")
+    beta = _float_tensor(tensors, "lexical_weight", tensors_where)
+    if beta.shape != () or not np.isfinite(beta) or beta < 0:
+      raise ModelError(f"{tensors_where}: tensor 'lexical_weight' must be one finite number "
+                       f"≥ 0 (β), got {beta.tolist()!r}")
+    lexical_weight = float(beta)
   extra = sorted(k for k in tensors if k not in expected and k not in _NPZ_FIELDS)
   if extra:
     raise ModelError(f"{tensors_where}: unexpected tensor(s) {', '.join(map(repr, extra))} for "
@@ -362,13 +379,14 @@ def _model(tensors: dict, manifest: dict, where: str, tensors_where: str) -> Mod
     prior = (members.astype(np.int64),) + tuple(
         _float_tensor(tensors, t, tensors_where) for t in groups["prior"][1:])
   model = Model(z, p, np.stack(inter), tuple(tool_ids), m, k1, k_pool, encoder, tower, ranking,
-                cond, prior)
+                cond, prior, lexical_weight)
   validate(model, tensors_where)
   return model
 
 
 # npz exports keep the manifest fields beside the tensors.
-_NPZ_FIELDS = ("format", "tool_ids", "max_set_size", "k1", "k_pool", "query_encoder", "ranking")
+_NPZ_FIELDS = ("format", "tool_ids", "max_set_size", "k1", "k_pool", "query_encoder", "ranking",
+               "lexical_tool_texts", "lexical_k1", "lexical_b", "lexical_tokenizer")
 
 
 def _load_npz(path: pathlib.Path) -> Model:
@@ -467,10 +485,17 @@ def _order(*keys: np.ndarray) -> np.ndarray:
   return np.lexsort(tuple(reversed(keys)), axis=-1)
 
 
-def shortlist(model: Model, queries: np.ndarray, k1: int, k_pool: int, max_size: int):
-  """Stage 1 and expansion: (tools int[Q, K_pool], their ℓ f32[Q, K_pool])."""
+def shortlist(model: Model, queries: np.ndarray, k1: int, k_pool: int, max_size: int,
+              lexical: np.ndarray | None = None):
+  """Stage 1 and expansion: (tools int[Q, K_pool], their ℓ f32[Q, K_pool]); ℓ' with the
+  lexical term (``lexical``: b f32[Q, N], required for a hyset/4 model)."""
   z, p = model.tool_embeddings, model.projection
   logits = (query_tower(model, queries) @ p) @ z.T                     # [Q, N]
+  if model.lexical_weight is not None:
+    if lexical is None:
+      raise ModelError("this model has a lexical term (hyset/4): pass its lexical scores "
+                       "(--lexical-scores)")
+    logits = logits + np.float32(model.lexical_weight) * np.asarray(lexical, np.float32)
   q, n = logits.shape
   rows = np.broadcast_to(np.arange(n), (q, n))
   s0 = _order(-logits, rows)[:, :k1]                                   # [Q, K1]
@@ -667,14 +692,16 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
 
 def predict(model: Model, queries: np.ndarray, *, k1: int | None = None,
             k_pool: int | None = None, max_size: int | None = None,
-            query_ids: list[str] | None = None, ranking: str | None = None) -> list[dict]:
-  """``hyset predict`` rows for f32[Q, d_r] query embeddings."""
+            query_ids: list[str] | None = None, ranking: str | None = None,
+            lexical: np.ndarray | None = None) -> list[dict]:
+  """``hyset predict`` rows for f32[Q, d_r] query embeddings (``lexical``: f32[Q, N] b for a
+  hyset/4 model)."""
   k1 = model.k1 if k1 is None else k1
   k_pool = model.k_pool if k_pool is None else k_pool
   max_size = model.max_set_size if max_size is None else max_size
   check_sizes(model, k1, k_pool, max_size)
   queries = np.asarray(queries, np.float32)
-  tools, logits = shortlist(model, queries, k1, k_pool, max_size)
+  tools, logits = shortlist(model, queries, k1, k_pool, max_size, lexical)
   sets, scores, ranking = stage2(model, tools, logits, max_size, queries, ranking)
   ids = model.tool_ids
   query_ids = query_ids or [str(i) for i in range(len(queries))]
@@ -757,6 +784,8 @@ def main(argv: list[str] | None = None) -> int:
                  help="largest set size M, at most the model's (default: the model's)")
   p.add_argument("--ranking", choices=RANKINGS, default=None,
                  help="how the shortlist is ranked (default: the model's, else greedy)")
+  p.add_argument("--lexical-scores", metavar="FILE.npy",
+                 help="float [Q, N] lexical scores b, needed for a hyset/4 model (lexical term)")
   p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
   args = p.parse_args(argv)
   try:
@@ -764,8 +793,17 @@ def main(argv: list[str] | None = None) -> int:
         args.out, args.force, (args.model, args.query_embeddings))
     model = load_model(args.model)
     queries = load_queries(args.query_embeddings, model.projection.shape[0])
+    lexical = None
+    if args.lexical_scores:
+      lexical = load_queries(args.lexical_scores, len(model.tool_ids))
+      if len(lexical) != len(queries):
+        raise ModelError(f"{args.lexical_scores}: {len(lexical)} rows of lexical scores for "
+                         f"{len(queries)} queries")
+    elif model.lexical_weight is not None:
+      raise ModelError(f"{args.model}: this model has a lexical term (hyset/4); pass "
+                       f"--lexical-scores FILE.npy (f32[Q, {len(model.tool_ids)}])")
     rows = predict(model, queries, k1=args.k1, k_pool=args.k_pool, max_size=args.max_size,
-                   ranking=args.ranking)
+                   ranking=args.ranking, lexical=lexical)
     # allow_nan=False: NaN is not JSON; validated inputs never produce it, so this is a bug.
     text = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in rows)
     if out is None:
