@@ -59,8 +59,8 @@ class LexicalIndex:
     """b(x, t): f32[Q, N], each row's BM25 scores divided by the row's largest (0 rows stay 0).
 
     >>> idx = LexicalIndex(("get the weather forecast", "area of a square", "convert currency"))
-    >>> idx.scores(["area of a square and the weather"]).round(2).tolist()
-    [[0.41, 1.0, 0.0]]
+    >>> [round(float(v), 2) for v in idx.scores(["area of a square and the weather"])[0]]
+    [0.41, 1.0, 0.0]
     """
     raw = self._bm25.scores(list(queries))
     top = raw.max(axis=1, keepdims=True) if raw.size else raw

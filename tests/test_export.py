@@ -149,7 +149,7 @@ def test_stablehlo_loads_and_runs_without_hyset_jax(trained):
   assert sig["format"] == "hyset-stablehlo/2" and sig["platforms"] == ["cpu", "cuda", "tpu"]
   assert sig["static"] | {"query_encoder": None} == {
       "k1": 5, "k_pool": 12, "max_set_size": 4, "num_tools": 60, "query_dim": 16,
-      "tool_dim": 16, "method": "gather", "query_encoder": None,
+      "tool_dim": 16, "method": "gather", "query_encoder": None, "lexical": None,
       "ranking": modeldir.load_model_dir(workdir / "best").ranking}
   fns = sig["functions"]
   assert fns["predict"]["inputs"] == [
