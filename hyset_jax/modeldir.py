@@ -239,12 +239,7 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
     if not (path / f).is_file():
       raise UserError(f"model directory {path} has no {f}")
   mpath = path / MANIFEST_FILE
-  try:
-    manifest = json.loads(mpath.read_text(encoding="utf-8"))
-  except (json.JSONDecodeError, UnicodeDecodeError) as e:
-    raise UserError(f"{mpath}: not valid JSON ({e})") from None
-  if not isinstance(manifest, dict):
-    raise UserError(f"{mpath}: expected a JSON object")
+  manifest = _read_json_object(mpath)
   fmt = manifest.get("format")
   if fmt not in READABLE:
     raise UserError(f"{mpath}: field 'format' is {fmt!r}; this version reads "
@@ -337,17 +332,23 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
   return model
 
 
+def _read_json_object(path: pathlib.Path) -> dict:
+  """The JSON object in `path`, or a UserError naming the file."""
+  try:
+    doc = json.loads(path.read_text(encoding="utf-8"))
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise UserError(f"{path}: not valid JSON ({e})") from None
+  if not isinstance(doc, dict):
+    raise UserError(f"{path}: expected a JSON object")
+  return doc
+
+
 def _load_lexical(lpath: pathlib.Path) -> lexical_lib.LexicalIndex:
   """lexical.json of a hyset/4 directory, validated."""
   if not lpath.is_file():
     raise UserError(f"model directory {lpath.parent} (format {LEXICAL_FORMAT!r}) has no "
                     f"{LEXICAL_FILE}")
-  try:
-    doc = json.loads(lpath.read_text(encoding="utf-8"))
-  except (json.JSONDecodeError, UnicodeDecodeError) as e:
-    raise UserError(f"{lpath}: not valid JSON ({e})") from None
-  if not isinstance(doc, dict):
-    raise UserError(f"{lpath}: expected a JSON object")
+  doc = _read_json_object(lpath)
   if doc.get("tokenizer") != lexical_lib.TOKENIZER:
     raise UserError(f"{lpath}: field 'tokenizer' is {doc.get('tokenizer')!r}; this version "
                     f"reads {lexical_lib.TOKENIZER!r}")

@@ -367,6 +367,9 @@ def _finish(state, loop, data, config, workdir, mlog, seconds) -> dict[str, Any]
   mc, pid = config.model, jax.process_index()
   best = modeldir.load_model_dir(workdir / "best") if (workdir / "best").exists() else None
   ranking, by_ranking, before = mc.ranking, None, best
+  if best is not None and not mc.lexical and best.lexical is not None:
+    # model.lexical switched off on a finished run: its β goes, everything after it is rechosen.
+    best = _without_lexical(best)
   if mc.lexical and best is not None:
     best, ranking, by_ranking = _fit_lexical(best, data, config)
   if mc.set_prior and best is not None:
@@ -424,6 +427,12 @@ def _fit_prior(best, data: TrainingData, config: config_lib.Config):
   return dataclasses.replace(best, params=best.params._replace(prior=chosen)), ranking, table
 
 
+def _without_lexical(best):
+  """best/ without its lexical term and the prior chosen with it (both are chosen after θ)."""
+  return dataclasses.replace(best, params=best.params._replace(lexical_weight=None, prior=None),
+                             lexical=None)
+
+
 def _fit_lexical(best, data: TrainingData, config: config_lib.Config):
   """best/ with the lexical term, its β (and the ranking, for ``model.ranking=auto``) chosen on
   validation; without it when no β > 0 beats it.
@@ -432,9 +441,7 @@ def _fit_lexical(best, data: TrainingData, config: config_lib.Config):
   """
   from hyset_jax.lexical import LexicalIndex
   mc = config.model
-  # A rerun rechooses β (and refits the prior after it, _fit_prior).
-  best = dataclasses.replace(best, params=best.params._replace(lexical_weight=None, prior=None),
-                             lexical=None)
+  best = _without_lexical(best)  # a rerun rechooses β (and refits the prior after it)
   t0 = time.time()
   index = LexicalIndex(data.tool_texts)
   beta, ranking, table = choose_lexical(best.params, index, data.splits[config.data.val_split],

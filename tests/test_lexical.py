@@ -2,6 +2,7 @@
 the shortlist and the best set (exact against brute force, both inference paths), β is chosen on
 validation where a words-only signal exists, and it travels through training, hyset/4
 directories, hyset predict and hyset eval on real data."""
+import dataclasses
 import itertools
 import json
 
@@ -210,6 +211,16 @@ def test_switching_the_term_on_a_finished_run_rechooses_without_retraining(tmp_p
   np.testing.assert_array_equal(best.params.projection, params.projection)
   rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
   assert any(k.startswith("β=") for k in rows[-1]["validation_by_ranking"])
+  # Switched off again, a best/ that has the term (forced here: tiny's validation may not
+  # choose one) loses it and is scored without it.
+  forced = dataclasses.replace(best, params=best.params._replace(lexical_weight=np.float32(2)),
+                               lexical=LexicalIndex(tuple(f"tool {i}" for i in best.tool_ids)))
+  modeldir.save_model_dir(tmp_path / "run" / "best", forced, force=True)
+  assert modeldir.load_model_dir(tmp_path / "run" / "best").lexical is not None
+  off = train.train_and_evaluate(c, tmp_path / "run", progress=False, num_devices=1)
+  best = modeldir.load_model_dir(tmp_path / "run" / "best")
+  assert best.lexical is None and best.params.lexical_weight is None
+  assert off["test"] == first["test"]
   # Anything that changes θ is still refused.
   with pytest.raises(UserError, match="different config"):
     train.train_and_evaluate(config_lib.resolve("tiny", ["model.lexical=true", "train.seed=7"]),
