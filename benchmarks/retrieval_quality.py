@@ -1,4 +1,4 @@
-"""Retrieval quality tables for the README: baselines, HYSET over seeds, ablations.
+"""Retrieval quality tables for docs/results.md (summarised in the README): baselines, HYSET over seeds, ablations.
 
   python -m benchmarks.retrieval_quality --config toollens --seeds 0 1 2 --out benchmarks/results
 
@@ -361,7 +361,7 @@ def run(args: argparse.Namespace) -> int:
                ("preset, one shared M", "shared", ["model.interaction=shared"]),
                ("preset, 1,500 steps", "steps1500", ["train.num_steps=1500"]),
                # Added, not removed: σ chosen on ToolLens' validation split over the tuned
-               # encoder (0.3 / 0.6 / 1.0; README).
+               # encoder (0.3 / 0.6 / 1.0; docs/results.md).
                (f"preset + query noise σ = {QUERY_NOISE}", "noise",
                 [f"train.query_noise={QUERY_NOISE}"]),
                (f"preset + query noise σ = {QUERY_NOISE}, 1,500 steps", "noise1500",
@@ -379,18 +379,18 @@ def run(args: argparse.Namespace) -> int:
   else:  # Z fixed at the encoder's tool embeddings: F_set can only use what the text says
     ablations.append(("preset, Z fixed", "zfixed", ["model.train_tool_embeddings=false"]))
     # Z fixed with a quarter of the steps: on the unseen-set splits, the Z-fixed runs whose best
-    # checkpoint was step 250 had the highest test COMP@5 (README).
+    # checkpoint was step 250 had the highest test COMP@5 (docs/results.md).
     ablations.append(("preset, Z fixed, 250 steps", "zfixed250",
                       ["model.train_tool_embeddings=false", "train.num_steps=250"]))
     # The same with the query noise (σ chosen on ToolLens' official validation split): the
-    # README's configuration for new combinations.
+    # configuration for new combinations in docs/results.md.
     ablations.append((f"preset, Z fixed, 250 steps, query noise σ = {QUERY_NOISE}",
                       "zfixed250noise", ["model.train_tool_embeddings=false",
                                          "train.num_steps=250",
                                          f"train.query_noise={QUERY_NOISE}"]))
     # ... without the seen-set prior (new combinations are not training sets) and with a
     # longer shortlist, K1 = 25, K_pool = 30 (2/3 of the gold tools were in the top 20):
-    # chosen over K_pool = 20 by the validation split on all four unseen-set splits (README).
+    # chosen over K_pool = 20 by the validation split on all four unseen-set splits (docs/results.md).
     ablations.append((f"preset, Z fixed, 250 steps, query noise σ = {QUERY_NOISE}, no prior, "
                       "K_pool = 30", "zfixed250noise30",
                       ["model.train_tool_embeddings=false", "train.num_steps=250",

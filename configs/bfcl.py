@@ -16,14 +16,14 @@ def get_config() -> Config:
   c.model.max_set_size = 5
   c.model.train_tool_embeddings = False
   # The query tower, the conditioned set term and the exhaustive-shortlist loss were measured on
-  # ToolLens only; BFCL keeps the configuration its README numbers were measured with until they
+  # ToolLens only; BFCL keeps the configuration its numbers in docs/results.md were measured with until they
   # are measured here too.
   c.model.tower_depth, c.model.conditioned = 0, False
   c.train.exhaustive_loss_weight = 0.0
   # The seen-set prior: for sets that repeat training sets, which most BFCL test sets do not.
   c.model.set_prior = False
   # The lexical term: BM25 beside ℓ, β chosen on validation (β = 0 competes). BFCL's multi-tool
-  # requests name several intents that one dense vector averages away (README).
+  # requests name several intents that one dense vector averages away (docs/results.md).
   c.model.lexical = True
   c.train.batch_size, c.train.num_steps, c.train.warmup_steps = 128, 600, 50
   c.train.log_every, c.train.eval_every, c.train.checkpoint_every = 25, 100, 100

@@ -17,5 +17,5 @@ def get_config() -> Config:
   c.model.conditioned = False
   c.model.set_prior = False
   c.model.ranking = "greedy"
-  c.train.num_steps = 1500  # the budget its README numbers were measured with
+  c.train.num_steps = 1500  # the budget its numbers in docs/results.md were measured with
   return c

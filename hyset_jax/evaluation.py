@@ -14,7 +14,7 @@ from hyset_jax.train_data import QuerySet
 RANK_METRICS = ("recall@3", "recall@5", "ndcg@3", "ndcg@5", "comp@3", "comp@5")
 # The seen-set prior changes the delivered set, not only the ranking, so its choice also weighs
 # the set metrics (on an unseen-set split, rank metrics alone chose a prior that cost 6 points
-# of set F1: README).
+# of set F1: docs/results.md).
 PRIOR_METRICS = RANK_METRICS + ("set_f1", "set_exact")
 # The seen-set prior's grid, chosen on validation with the ranking (λ = 0, no prior, competes).
 PRIOR_WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0)

@@ -45,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--encoder-lr", type=float, default=1e-4, metavar="LR",
                  help="the encoder's peak learning rate (default 1e-4)")
   # 3: on ToolLens the third epoch still lowered the validation loss (1.80 -> 1.57) and lifted
-  # HYSET over the encoder (README); the lowest-validation-loss epoch is kept, so an encoder
+  # HYSET over the encoder (docs/results.md); the lowest-validation-loss epoch is kept, so an encoder
   # that starts to memorise earlier (the unseen-set split: epoch 1) is not the one exported.
   p.add_argument("--epochs", type=float, default=3.0, metavar="E",
                  help="passes over the training queries (default 3; the epoch with the lowest "
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     print(json.dumps({"encoder": f"{args.out}/encoder", "best_step": summary["best_step"],
                       "validation": best, "timing": summary["timing"]}, indent=1))
     # θ overfits query vectors the encoder was tuned on: the noise and step budget chosen on
-    # ToolLens' validation split (README). Measured with the set head on only.
+    # ToolLens' validation split (docs/results.md). Measured with the set head on only.
     noise = ("--set train.query_noise=0.6 --set train.num_steps=1500 " if tune.set_weight
              else "")
     print(f"next: hyset train --config {args.config} --set model.encoder={args.out}/encoder "

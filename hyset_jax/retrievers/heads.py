@@ -11,8 +11,8 @@ baseline that tells how much HYSET's set terms add over ranking tools one by one
 Two losses (``loss``): ``"softmax"``, the per-tool softmax cross-entropy over the library
 with the gold tools as targets (:func:`hyset_jax.losses.tool_loss`, the loss HYSET's
 stage 1 is trained with), and ``"sigmoid"``, one-vs-rest binary cross-entropy on the
-multi-hot gold vector (what a multi-label logistic regression fits). The README's baseline
-rows say which one they use and why (measured: benchmarks/results/).
+multi-hot gold vector (what a multi-label logistic regression fits). The baseline rows of
+docs/results.md say which one they use and why (measured: benchmarks/results/).
 
 Training is Adam on minibatches drawn by a seeded NumPy generator, so a fit is
 deterministic given its seed. The trainer :func:`fit_head` is shared with the set
