@@ -155,6 +155,16 @@ def test_training_chooses_the_term_and_predict_uses_it_on_real_bfcl(tmp_path, ca
                    str(emb), "--out", str(tmp_path / "p2.jsonl")]) == 2
   assert "needs the query texts: pass --queries" in capsys.readouterr().err
   assert not (tmp_path / "p2.jsonl").exists()
+  # hyset tools remove: the BM25 index follows the library, and the edited model predicts.
+  gone = best.tool_ids[int(want.set_tools[0][0])]
+  assert cli.main(["tools", "remove", "--model", str(tmp_path / "run"), "--ids", gone,
+                   "--out", str(tmp_path / "edited")]) == 0
+  edited = modeldir.load_model_dir(tmp_path / "edited")
+  assert gone not in edited.tool_ids and len(edited.lexical.tool_texts) == len(edited.tool_ids)
+  assert cli.main(["predict", "--model", str(tmp_path / "edited"), "--queries", str(queries),
+                   "--out", str(tmp_path / "p3.jsonl")]) == 0
+  edited_rows = [json.loads(line) for line in (tmp_path / "p3.jsonl").read_text().splitlines()]
+  assert len(edited_rows) == 3 and all(gone not in r["set"] + r["ranking"] for r in edited_rows)
 
 
 def test_bad_lexical_files_are_refused_by_name(tmp_path):
@@ -309,3 +319,33 @@ def test_hyset4_through_npz_stablehlo_onnx_and_the_reference(tmp_path):
   np.testing.assert_array_equal(shortlist, np.asarray(want.shortlist))
   np.testing.assert_array_equal(set_tools, np.asarray(want.set_tools))
   np.testing.assert_array_equal(ranking, np.asarray(want.ranking))
+
+
+def test_the_cost_benchmark_times_each_step_on_real_queries(tmp_path, capsys):
+  """benchmarks.lexical_cost on a hyset/4 model over ToolLens queries (the tiny preset's):
+  every step timed, the ratios computed from them, its outputs kept without --force, and a
+  model without the term refused by name."""
+  from benchmarks import lexical_cost
+  c = config_lib.resolve("tiny", ["train.num_steps=2"])
+  train.train_and_evaluate(c, tmp_path / "run", progress=False, num_devices=1)
+  best = modeldir.load_model_dir(tmp_path / "run" / "best")
+  plain = tmp_path / "plain"
+  modeldir.save_model_dir(plain, best, force=False)
+  forced = dataclasses.replace(best, params=best.params._replace(lexical_weight=np.float32(2)),
+                               lexical=LexicalIndex(tuple(f"tool {i}" for i in best.tool_ids)))
+  modeldir.save_model_dir(tmp_path / "lex", forced, force=False)
+  args = ["--model", str(tmp_path / "lex"), "--config", "tiny", "--tag", "t", "--batches", "1",
+          "3", "--repeats", "1", "--queries", "4", "--out", str(tmp_path)]
+  assert lexical_cost.main(args) == 0
+  got = json.loads((tmp_path / "lexical_cost_t.json").read_text())
+  assert got["meta"]["test_queries"] == 4 and got["meta"]["beta"] == 2.0
+  for row in got["by_batch"].values():
+    assert all(row[k] > 0 for k in lexical_cost.STEPS)
+    assert row["request"] == pytest.approx(
+        (row["encoder"] + row["bm25"] + row["predict_with_b"]) / (row["encoder"] + row["predict"]))
+  assert set(got["by_batch"]) == {"1", "3"}
+  assert "| 3 |" in (tmp_path / "lexical_cost_t.md").read_text()
+  capsys.readouterr()
+  assert lexical_cost.main(args) == 2 and "--force" in capsys.readouterr().err
+  assert lexical_cost.main(args[:1] + [str(plain)] + args[2:] + ["--force"]) == 2
+  assert "has no lexical term" in capsys.readouterr().err

@@ -5,7 +5,9 @@
 
 ``add`` encodes each new tool's text (the library's rendering, e.g. mcp:/openai: schemas)
 with the model's frozen encoder; its z is that embedding normalised, as at initialisation;
-the rest of θ is unchanged. ``remove`` drops the tools' rows. NEW_DIR is a new model
+the rest of θ is unchanged. ``remove`` drops the tools' rows. A model's lexical term is
+rebuilt over the edited library's texts; its seen-set prior keeps the training sets whose tools
+all remain. NEW_DIR is a new model
 directory (an existing non-empty one is replaced only with --force); the source is never
 modified, and nothing derived from the old library (cached neighbour tables) is copied.
 """
@@ -56,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
                       f"new tools cannot be embedded the way the model's were")
     encoder = load_encoder(encoder_name)
     emb = encode_cached(encoder, tools.texts)  # the vectors training used for the same texts
-    edited = tooledit.add_tools(model, tools.ids, emb)
+    edited = tooledit.add_tools(model, tools.ids, emb, tools.texts)
     what = f"added {len(tools)} tools from {args.tools}"
   else:
     if args.ids is not None:
