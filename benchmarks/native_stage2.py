@@ -76,7 +76,8 @@ def trained_inputs(model_dir: str, config_name: str, path: pathlib.Path) -> tupl
   texts = [test[i % len(test)].text for i in range(QUERIES)]
   emb = encode_cached(load_encoder(model.query_encoder), texts)
   prep = inference.prepare(model.params, max_size=model.max_set_size, k_pool=model.k_pool)
-  sl = inference.shortlist_prepared(prep, emb, model.k1, model.k_pool)
+  sl = inference.shortlist_prepared(prep, emb, model.k1, model.k_pool,
+                                    lexical=model.lexical_scores(texts))  # None without the term
   pairs = inference.pair_matrices_prepared(prep, emb, sl.tools)
   with open(path, "wb") as f:
     f.write(np.asarray(sl.logits, np.float32).tobytes())

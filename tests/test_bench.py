@@ -142,3 +142,18 @@ def test_native_stage2_timing_on_a_trained_models_inputs(tmp_path, capsys):
   # --model without --config (or the reverse) is a clear error.
   assert native_stage2.main(["--model", str(work / "best")]) == 2
   assert "go together" in capsys.readouterr().err
+  # A model with the lexical term (what --config bfcl writes): its inputs are ℓ' of the query
+  # texts, not ℓ.
+  import dataclasses
+  from hyset_jax import config as config_lib, modeldir
+  from hyset_jax.lexical import LexicalIndex
+  from hyset_jax.train_data import load_config_dataset
+  plain = modeldir.load_model_dir(work / "best")
+  tools = load_config_dataset(config_lib.resolve("tiny").data, plain.max_set_size).tools
+  texts = dict(zip(tools.ids, tools.texts))
+  lex = dataclasses.replace(plain, params=plain.params._replace(lexical_weight=np.float32(4)),
+                            lexical=LexicalIndex(tuple(texts[t] for t in plain.tool_ids)))
+  modeldir.save_model_dir(tmp_path / "lex", lex, force=False)
+  native_stage2.trained_inputs(str(tmp_path / "lex"), "tiny", tmp_path / "lex.f32")
+  lex_logits = np.fromfile(tmp_path / "lex.f32", np.float32)[:q * k].reshape(q, k)
+  assert np.abs(lex_logits - logits).max() > 1.0
