@@ -349,3 +349,8 @@ def test_the_cost_benchmark_times_each_step_on_real_queries(tmp_path, capsys):
   assert lexical_cost.main(args) == 2 and "--force" in capsys.readouterr().err
   assert lexical_cost.main(args[:1] + [str(plain)] + args[2:] + ["--force"]) == 2
   assert "has no lexical term" in capsys.readouterr().err
+  # hyset export --format hyset says the format it wrote.
+  assert cli.main(["export", "--workdir", str(tmp_path / "lex"), "--out", str(tmp_path / "exp"),
+                   "--format", "hyset"]) == 0
+  assert "format hyset/4" in capsys.readouterr().out
+  assert (tmp_path / "exp" / "lexical.json").is_file()

@@ -2,7 +2,8 @@
 
 Formats (see :mod:`hyset_jax.export` and docs/export.md):
 
-  hyset       the model directory, format hyset/2 (params.safetensors + manifest.json)
+  hyset       the model directory, format hyset/2 (params.safetensors + manifest.json; hyset/3
+              with a seen-set prior, hyset/4 with the lexical term and its lexical.json)
   npz         model.npz: the same arrays, tool_ids and the manifest fields
   projector   TensorBoard Embedding Projector TSVs of the tool embeddings
   stablehlo   jax.export artifacts of stage 1, stage 2 and both, with signature.json
@@ -50,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
   model = modeldir.load_model_dir(source)
   if args.format == "hyset":
     modeldir.save_model_dir(out, model, force=args.force)
-    what = f"format {modeldir.FORMAT}"
+    what = f"format {model.manifest()['format']}"
   elif args.format == "npz":
     export.write_npz(out, model, force=args.force)
     what = f"{export.NPZ_FILE}"
