@@ -17,7 +17,8 @@ the repeats. Machines here are shared, so what to read are the same-run ratios:
 - ``retrieval``: (BM25 + prediction with b) / (prediction without b), the same without the
   encoder (for callers that bring query embeddings to a model without the term).
 
-Writes ``lexical_cost_<tag>.json`` and ``.md`` under --out (an existing folder; existing files
+Writes ``lexical_cost_<tag>.json``, ``.md`` and ``.png`` (each step's ms/query as stacked bars,
+without and with the term, per batch size) under --out (an existing folder; existing files
 need ``--force``).
 """
 from __future__ import annotations
@@ -77,6 +78,37 @@ def time_steps(model, encoder, texts: list[str], batch: int, repeats: int,
   return ms
 
 
+def plot(rows: dict[int, dict[str, float]], title: str, path: pathlib.Path) -> None:
+  """Stacked bars of ms/query: encoder + prediction without the term, encoder + BM25 +
+  prediction with it, side by side for each batch size."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, ax = plt.subplots(figsize=(6.4, 4.0))
+  parts = (("encoder", "encoder", "tab:gray"), ("bm25", "BM25", "tab:orange"),
+           ("predict", "prediction", "tab:blue"))
+  labels, named, x = [], set(), 0
+  for b, r in rows.items():
+    for with_term in (False, True):
+      bottom = 0.0
+      for key, name, color in parts:
+        if key == "bm25" and not with_term:
+          continue
+        v = r["predict_with_b" if key == "predict" and with_term else key]
+        ax.bar(x, v, bottom=bottom, color=color, label=None if name in named else name)
+        named.add(name)
+        bottom += v
+      labels.append(f"batch {b}\n{'with' if with_term else 'without'}")
+      x += 1
+  ax.set_xticks(range(len(labels)), labels)
+  ax.set_ylabel("ms / query")
+  ax.set_title(title, fontsize=9)
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
 def run(args: argparse.Namespace) -> int:
   from hyset_jax import config as config_lib, io_utils
   from hyset_jax.encoder import load_encoder
@@ -85,9 +117,9 @@ def run(args: argparse.Namespace) -> int:
   from hyset_jax.train_data import load_config_dataset
   if min(args.repeats, *args.batches, args.queries or 1) < 1:
     raise UserError("--repeats, --queries and every --batches value must be at least 1")
-  out_json, out_md = (io_utils.output_file(pathlib.Path(args.out) / f"lexical_cost_{args.tag}.{e}",
-                                           args.force, inputs=[args.model])
-                      for e in ("json", "md"))
+  out_json, out_md, out_png = (
+      io_utils.output_file(pathlib.Path(args.out) / f"lexical_cost_{args.tag}.{e}", args.force,
+                           inputs=[args.model]) for e in ("json", "md", "png"))
   model = load_model_dir(args.model)
   if model.lexical is None:
     raise UserError(f"{args.model}: this model has no lexical term (format "
@@ -120,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
             f"{r['predict_with_b']:.3f} | {r['request']:.2f} | {r['retrieval']:.2f} |"
             for b, r in rows.items()]
   out_md.write_text("\n".join(lines) + "\n")
+  plot(rows, f"lexical term's cost: {config.data.spec}, {len(model.tool_ids)} tools, "
+             f"β = {meta['beta']:g} ({meta['date']})", out_png)
   print("\n".join(lines))
   return 0
 

@@ -345,6 +345,7 @@ def test_the_cost_benchmark_times_each_step_on_real_queries(tmp_path, capsys):
         (row["encoder"] + row["bm25"] + row["predict_with_b"]) / (row["encoder"] + row["predict"]))
   assert set(got["by_batch"]) == {"1", "3"}
   assert "| 3 |" in (tmp_path / "lexical_cost_t.md").read_text()
+  assert (tmp_path / "lexical_cost_t.png").read_bytes()[:4] == b"\x89PNG"
   capsys.readouterr()
   assert lexical_cost.main(args) == 2 and "--force" in capsys.readouterr().err
   assert lexical_cost.main(args[:1] + [str(plain)] + args[2:] + ["--force"]) == 2
