@@ -280,8 +280,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--ablations", nargs="*", metavar="TAG",
                       help="only these ablation rows (tags: notower nocond notool noenum noset "
                            "identity shared ztrain zfixed zfixed250 zfixed250noise zfixed250noise30 "
-                           "zfixed250noise30lex zfixed250noise30lextrain zsep nolex lexical "
-                           "lextrain "
+                           "zfixed250noise30lex zsep nolex lexical "
                            "steps1500 noise "
                            "noise1500 "
                            "prior prior1500; none given: no ablations; default: all)")
@@ -372,9 +371,6 @@ def run(args: argparse.Namespace) -> int:
                # The lexical term (lexical.py), removed where the preset has it, added where not.
                ("preset without the lexical term", "nolex", ["model.lexical=false"]),
                ("preset + lexical term", "lexical", ["model.lexical=true"]),
-               # θ trained with the term (β₀ = 2, the middle of the β grid), β rechosen after.
-               ("preset + lexical term, θ trained with it (β₀ = 2)", "lextrain",
-                ["model.lexical=true", "train.lexical_weight=2"]),
                (f"preset + query noise σ = {QUERY_NOISE}, 1,500 steps + seen-set prior",
                 "prior1500", [f"train.query_noise={QUERY_NOISE}", "train.num_steps=1500",
                               "model.set_prior=true"])]
@@ -406,13 +402,6 @@ def run(args: argparse.Namespace) -> int:
                       ["model.train_tool_embeddings=false", "train.num_steps=250",
                        f"train.query_noise={QUERY_NOISE}", "model.set_prior=false",
                        "model.k1=25", "model.k_pool=30", "model.lexical=true"]))
-    ablations.append((f"preset, Z fixed, 250 steps, query noise σ = {QUERY_NOISE}, no prior, "
-                      "K_pool = 30, lexical term, θ trained with it (β₀ = 2)",
-                      "zfixed250noise30lextrain",
-                      ["model.train_tool_embeddings=false", "train.num_steps=250",
-                       f"train.query_noise={QUERY_NOISE}", "model.set_prior=false",
-                       "model.k1=25", "model.k_pool=30", "model.lexical=true",
-                       "train.lexical_weight=2"]))
     # Z trained by the per-tool loss only; the set losses read it without moving it.
     ablations.append(("preset, Z moved by the per-tool loss only", "zsep",
                       ["train.set_losses_train_z=false"]))

@@ -72,7 +72,7 @@ def train_steps(args, config) -> dict:
   t0 = time.time()
   step_fn, report = dry_run.compile_step(
       train.make_step_fn(mesh, mc, tc, optimizer, jax.tree.map(lambda x: x.sharding, state)),
-      state, dry_run.abstract_batch(tc, mc, args.dim, mesh, args.tools), mesh)
+      state, dry_run.abstract_batch(tc, mc, args.dim, mesh), mesh)
   compile_s = time.time() - t0
   rows_sharding = sharding.batch_rows(mesh)
   local_rows = sharding.process_rows(rows_sharding, tc.batch_size)

@@ -38,7 +38,6 @@ def rows(device_counts=(1, 8), *, n_tools: int = 2000, dim: int = 384, batch: in
       "selected": np.zeros(batch, np.int32),
       "reward": np.ones(batch, np.float32),
       "shortlist": np.zeros((batch, 0), np.int32),   # the exhaustive-shortlist loss is off
-      "lexical": np.zeros((batch, 0), np.float32),   # θ trains without the lexical term
   }
   out = []
   for devices in device_counts:

@@ -30,8 +30,6 @@ class Batch(NamedTuple):
     reward: f32[b], ρ of Ê (0 when the query has none).
     shortlist: int32[b, K_pool] each query's current inference shortlist (Eq. 12-13), for the
       exhaustive-shortlist loss; int32[b, 0] when that loss is off.
-    lexical: f32[b, N] b(x, t), the queries' lexical scores, when θ trains with the lexical
-      term (``train.lexical_weight``); f32[b, 0] otherwise.
   """
   query: np.ndarray
   members: np.ndarray
@@ -39,7 +37,6 @@ class Batch(NamedTuple):
   selected: np.ndarray
   reward: np.ndarray
   shortlist: np.ndarray
-  lexical: np.ndarray
 
 
 def epoch_permutation(seed: int, epoch: int, n: int) -> np.ndarray:
@@ -78,16 +75,8 @@ _shortlist = jax.jit(inference.shortlist, static_argnames=("k1", "k_pool", "max_
 RewardCache = dict[int, tuple[tuple[int, ...], float]]
 
 
-def training_params(params: HysetParams, tc) -> HysetParams:
-  """θ as the losses read it: with β₀ = ``tc.lexical_weight`` when θ trains with the lexical
-  term (ℓ' = ℓ + β₀·b), θ itself otherwise."""
-  if not tc.lexical_weight:
-    return params
-  return params._replace(lexical_weight=jnp.float32(tc.lexical_weight))
-
-
 def make_batch(step: int, params: HysetParams, queries: QuerySet, rows: Sequence[int], *,
-               num_tools: int, mc, tc, rewards: RewardCache, lexical_index=None) -> Batch:
+               num_tools: int, mc, tc, rewards: RewardCache) -> Batch:
   """The rows ``rows`` of global batch ``step`` under the current θ.
 
   Args:
@@ -99,20 +88,15 @@ def make_batch(step: int, params: HysetParams, queries: QuerySet, rows: Sequence
     num_tools: N.
     mc, tc: the model and train configs.
     rewards: the reward cache (Ê and ρ per training-query row) from the last refresh.
-    lexical_index: the tool texts' :class:`hyset_jax.lexical.LexicalIndex`, needed when θ trains
-      with the lexical term (its scores of the batch's query texts).
   """
   idx = batch_indices(tc.seed, step, tc.batch_size, len(queries.ids))
-  lexical = (lexical_index.scores([queries.texts[i] for i in idx]) if tc.lexical_weight
-             else np.zeros((len(idx), 0), np.float32))                          # [B, N]
   gold = [queries.gold[i] for i in idx]
   nbrs = np.asarray(gold_neighbors(params.tool_embeddings, pad_sets(gold, mc.max_set_size),
                                    tc.hard_neighbors))
   shortlists = None
   if tc.shortlist_negatives or tc.exhaustive_loss_weight:
-    shortlists = np.asarray(_shortlist(training_params(params, tc), queries.embeddings[idx],
-                                       k1=mc.k1, k_pool=mc.k_pool, max_size=mc.max_set_size,
-                                       lexical=lexical if tc.lexical_weight else None).tools)
+    shortlists = np.asarray(_shortlist(params, queries.embeddings[idx], k1=mc.k1,
+                                       k_pool=mc.k_pool, max_size=mc.max_set_size).tools)
   targets = [rewards.get(int(i), (None, 0.0)) for i in idx]
   pools = negatives.sample_pools(gold, rows, num_tools=num_tools, k_neg=tc.k_neg,
                                  max_size=mc.max_set_size, mix=tc.negative_mix, neighbors=nbrs,
@@ -125,8 +109,7 @@ def make_batch(step: int, params: HysetParams, queries: QuerySet, rows: Sequence
   if tc.query_noise:
     query = noisy_queries(query, tc.query_noise, seed=tc.seed, step=step, rows=rows,
                           batch_size=len(idx))
-  return Batch(query, pools.members, pools.mask, pools.selected, reward, listed,
-               lexical[list(rows)])
+  return Batch(query, pools.members, pools.mask, pools.selected, reward, listed)
 
 
 def noisy_queries(query: np.ndarray, sigma: float, *, seed: int, step: int,

@@ -127,11 +127,6 @@ class TrainConfig:
   # vectors the encoder was tuned on (their training rows are more separable than unseen
   # queries'). Not in the paper; 0 = off.
   query_noise: float = 0.0
-  # β₀ of the lexical term while θ trains (lexical.py; needs model.lexical): ℓ' = ℓ + β₀·b in
-  # every loss, the shortlist negatives and validation, so θ learns what the words do not
-  # say; after training β is chosen on validation as without it. Not in the paper; 0 = θ is
-  # trained without the words (the term is then added after θ only).
-  lexical_weight: float = 0.0
   interaction_l2: float = 1e-4        # λ
   log_every: int = 50
   eval_every: int = 250
@@ -204,11 +199,6 @@ def validate(config: Config) -> Config:
          t.query_noise) < 0:
     raise UserError("train.eta, train.interaction_l2, train.tool_loss_weight, "
                     "train.exhaustive_loss_weight and train.query_noise must be ≥ 0")
-  if t.lexical_weight < 0:
-    raise UserError(f"train.lexical_weight must be ≥ 0, got {t.lexical_weight}")
-  if t.lexical_weight and not m.lexical:
-    raise UserError("train.lexical_weight > 0 trains θ with the lexical term: it needs "
-                    "model.lexical=true")
   if not 0 < config.data.validation_fraction < 1:
     raise UserError(f"data.validation_fraction must be in (0, 1), got "
                     f"{config.data.validation_fraction}")

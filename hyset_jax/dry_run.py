@@ -89,7 +89,7 @@ class StepReport:
 
 
 def abstract_batch(tc: config_lib.TrainConfig, mc: config_lib.ModelConfig, query_dim: int,
-                   mesh: jax.sharding.Mesh, num_tools: int) -> batches.Batch:
+                   mesh: jax.sharding.Mesh) -> batches.Batch:
   """The global batch as ShapeDtypeStructs, rows on ``data`` (the shapes of batches.Batch)."""
   rows = sharding.batch_rows(mesh)
   b, c, m = tc.batch_size, tc.k_neg, mc.max_set_size
@@ -97,8 +97,7 @@ def abstract_batch(tc: config_lib.TrainConfig, mc: config_lib.ModelConfig, query
   listed = mc.k_pool if tc.exhaustive_loss_weight else 0
   return batches.Batch(spec((b, query_dim), jnp.float32), spec((b, c, m), jnp.int32),
                        spec((b, c, m), jnp.bool_), spec((b,), jnp.int32), spec((b,), jnp.float32),
-                       spec((b, listed), jnp.int32),
-                       spec((b, num_tools if tc.lexical_weight else 0), jnp.float32))
+                       spec((b, listed), jnp.int32))
 
 
 def compile_step(step_fn, state, batch, mesh: jax.sharding.Mesh) -> tuple[object, StepReport]:
@@ -214,5 +213,5 @@ def dry_run(config: config_lib.Config, *, num_tools: int | None = None,
                                optimizer, mesh)
   step_fn = train.make_step_fn(mesh, config.model, config.train, optimizer,
                                jax.tree.map(lambda x: x.sharding, state))
-  batch = abstract_batch(config.train, config.model, query_dim, mesh, num_tools)
+  batch = abstract_batch(config.train, config.model, query_dim, mesh)
   return compile_step(step_fn, state, batch, mesh)[1]

@@ -106,10 +106,6 @@ def validate_tune(tune: EncoderTuneConfig, config: config_lib.Config) -> None:
     raise UserError("train.query_noise is a setting of hyset train over fixed query vectors, "
                     "not of encoder fine-tuning; drop it here and pass it to the hyset train "
                     "that follows")
-  if config.train.lexical_weight:
-    raise UserError("train.lexical_weight (θ trained with the lexical term) is a setting of "
-                    "hyset train, not of encoder fine-tuning; drop it here and pass it to the "
-                    "hyset train that follows")
 
 
 # --------------------------------------------------------------------------- the step

@@ -122,8 +122,7 @@ def make_provider(kind: str, path: str = "", command: str = "") -> RewardProvide
 
 
 def refresh(provider: RewardProvider, params, queries, tool_ids: Sequence[str], mc, tc,
-            refresh_size: int, step: int, lexical_index=None
-            ) -> dict[int, tuple[tuple[int, ...], float]]:
+            refresh_size: int, step: int) -> dict[int, tuple[tuple[int, ...], float]]:
   """Score ``refresh_size`` training queries' pools, take Ê = argmax (Eq. 7), ask ρ of it.
 
   Args:
@@ -134,8 +133,6 @@ def refresh(provider: RewardProvider, params, queries, tool_ids: Sequence[str], 
     mc, tc: the model and train configs.
     refresh_size: N_sub.
     step: the training step (seeds which queries and which pools).
-    lexical_index: the tool texts' BM25 index when θ trains with the lexical term (Ê is then
-      the argmax of F with ℓ', as in the losses).
 
   Returns:
     The reward cache: training-query row -> (Ê as tool rows, ρ).
@@ -156,11 +153,8 @@ def refresh(provider: RewardProvider, params, queries, tool_ids: Sequence[str], 
     pools = negatives.sample_pools(gold, chunk, num_tools=len(tool_ids), k_neg=tc.k_neg,
                                    max_size=mc.max_set_size, mix=tc.negative_mix, neighbors=nb,
                                    seed=tc.seed ^ 0xBEEF, step=step)
-    lexical = (lexical_index.scores([queries.texts[r] for r in rows[chunk]])
-               if tc.lexical_weight else None)
-    scores = np.asarray(scoring.set_scores(batches.training_params(params, tc),
-                                           queries.embeddings[rows[chunk]], pools.members,
-                                           pools.mask, lexical=lexical))
+    scores = np.asarray(scoring.set_scores(params, queries.embeddings[rows[chunk]],
+                                           pools.members, pools.mask))
     for i, j in enumerate(chunk):
       best = int(np.argmax(scores[i]))
       e_hat = tuple(int(t) for t in pools.members[i, best][pools.mask[i, best]])

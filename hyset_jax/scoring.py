@@ -220,8 +220,7 @@ def interaction_scores(member_emb: jax.Array, member_keyed: jax.Array, mask: jax
 
 
 def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
-               mask: jax.Array, method: str = "auto",
-               lexical: jax.Array | None = None) -> jax.Array:
+               mask: jax.Array, method: str = "auto") -> jax.Array:
   """F(x, E) for a batch of queries, each with its own candidate sets of tools from the library.
 
   Two evaluation orders of the same sums, picked by cost (``method="auto"``):
@@ -238,8 +237,6 @@ def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
     members: int[B, C, m] tool rows of each candidate set; padding slots may hold any valid row.
     mask: bool[B, C, m]; 1 ≤ Σ mask ≤ M for every set.
     method: ``"auto"``, ``"gram"`` or ``"gather"``.
-    lexical: f32[B, N] b(x, t) for a model with the lexical term (:func:`with_lexical`: F_align
-      then reads ℓ'); ignored without it.
 
   Returns:
     f32[B, C].
@@ -254,7 +251,6 @@ def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
   card = jnp.clip(size - 2, 0, k - 1)
   if method == "gram":
     logits_all = query_vectors(params, query_emb) @ z.T                # [B, N]
-    logits_all = with_lexical(params, logits_all, lexical)
     logits = jnp.take_along_axis(logits_all, members.reshape(b, c * m), 1).reshape(b, c, m)
     gram = jnp.einsum("nd,kde,me->knm", z, params.interactions, z)     # [M-1, N, N]
     pair = gram[card[..., None, None], members[..., :, None], members[..., None, :]]
@@ -266,21 +262,10 @@ def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
     raise ValueError(f"unknown set_scores method {method!r}")
   emb = z[members]                                                   # [B, C, m, d]
   logits = jnp.einsum("bd,bcmd->bcm", query_vectors(params, query_emb), emb)
-  if params.lexical_weight is not None:
-    logits = logits + params.lexical_weight * _member_lexical(lexical, members)
   keyed_all = jnp.einsum("nd,kde->kne", z, params.interactions)      # [M-1, N, d]
   keyed = keyed_all[card[..., None], members]                        # [B, C, m, d]
   return (interaction_scores(emb, keyed, mask) + align_scores(logits, mask)
           + conditioned_scores(params, query_emb, members, mask))
-
-
-def _member_lexical(lexical: jax.Array | None, members: jax.Array) -> jax.Array:
-  """b at each member: f32[B, C, m] from f32[B, N] and int[B, C, m]."""
-  if lexical is None:
-    raise ValueError("this model has a lexical term: pass the queries' lexical scores "
-                     "(hyset_jax.lexical.LexicalIndex.scores of the query texts)")
-  b, c, m = members.shape
-  return jnp.take_along_axis(lexical, members.reshape(b, c * m), 1).reshape(b, c, m)
 
 
 def _conditioning(params: HysetParams, query_emb: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -34,7 +34,6 @@ from hyset_jax import sharding
 from hyset_jax import config as config_lib
 from hyset_jax import workdir as workdir_lib
 from hyset_jax.errors import UserError
-from hyset_jax.lexical import LexicalIndex
 from hyset_jax.evaluation import (RANK_METRICS, choose_lexical, choose_prior, choose_ranking,
                                   evaluate_split)
 from hyset_jax.train_data import TrainingData, prepare_data
@@ -74,22 +73,19 @@ def make_optimizer(tc: config_lib.TrainConfig) -> optax.GradientTransformation:
 
 
 def shortlist_subset_scores(params: scoring.HysetParams, query: jax.Array,
-                            tools: jax.Array, lexical: jax.Array | None = None) -> jax.Array:
+                            tools: jax.Array) -> jax.Array:
   """F of every subset (1 ≤ |E| ≤ M) of each query's shortlist, differentiable in θ.
 
   Args:
     params: θ with M − 1 interaction matrices.
     query: f32[B, d_r].
     tools: int32[B, K] the shortlist's tool rows.
-    lexical: f32[B, N] b(x, t) when ``params`` has the lexical term (ℓ' then).
 
   Returns:
     f32[B, C(K, ≤ M)] in the enumeration's table order (under its ℓ reordering).
   """
   logits = jnp.einsum("bd,bkd->bk", scoring.query_vectors(params, query),
                       params.tool_embeddings[tools])
-  if params.lexical_weight is not None:
-    logits = logits + params.lexical_weight * jnp.take_along_axis(lexical, tools, 1)
   pairs = scoring.shortlist_pairs(params, query, tools)
   table = enumeration.subset_table(tools.shape[1], params.max_set_size)
   # The differentiable JAX form (the native kernel has no gradient).
@@ -97,8 +93,8 @@ def shortlist_subset_scores(params: scoring.HysetParams, query: jax.Array,
 
 
 def objective(theta: dict[str, Any], query: jax.Array, members: jax.Array, mask: jax.Array,
-              selected: jax.Array, reward: jax.Array, shortlist: jax.Array | None = None,
-              lexical: jax.Array | None = None, *, mc: config_lib.ModelConfig,
+              selected: jax.Array, reward: jax.Array, shortlist: jax.Array | None = None, *,
+              mc: config_lib.ModelConfig,
               tc: config_lib.TrainConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
   """The training loss: L_ret + η L_self + λ Σ‖M_m‖² (Eq. 10) plus μ · the per-tool loss and
   ν · the exhaustive-shortlist loss.
@@ -109,24 +105,22 @@ def objective(theta: dict[str, Any], query: jax.Array, members: jax.Array, mask:
     members, mask: int32/bool[B, K_neg, M] candidate pools, the gold set at position 0.
     selected, reward: int32[B] pool position of Ê and f32[B] its ρ (0: no L_self).
     shortlist: int32[B, K_pool] each query's shortlist (needed when ν > 0).
-    lexical: f32[B, N] the queries' lexical scores (needed when ``tc.lexical_weight`` > 0:
-      every term below then reads ℓ' = ℓ + β₀·b).
 
   Returns:
     (loss f32[], its parts).
   """
   if not mc.train_tool_embeddings:
     theta = dict(theta, z=jax.lax.stop_gradient(theta["z"]))
-  tool_params = batches.training_params(model.materialize(theta, mc), tc)
+  tool_params = model.materialize(theta, mc)
   # The per-tool loss reads Z as trained; the set losses read it frozen when asked to.
   params = tool_params if tc.set_losses_train_z else tool_params._replace(
       tool_embeddings=jax.lax.stop_gradient(tool_params.tool_embeddings))
-  scores = scoring.set_scores(params, query, members, mask, lexical=lexical)  # [B, K_neg]
+  scores = scoring.set_scores(params, query, members, mask)                # [B, K_neg]
   penalty_on = theta.get("m", jnp.zeros((0,), params.tool_embeddings.dtype))
   loss, parts = losses.total_loss(scores, selected, reward, penalty_on, eta=tc.eta,
                                   l2=tc.interaction_l2)
   if tc.tool_loss_weight:
-    logits = scoring.with_lexical(tool_params, scoring.query_logits(tool_params, query), lexical)
+    logits = scoring.query_logits(tool_params, query)
     parts["loss_tool"] = losses.tool_loss(logits, members[:, 0], mask[:, 0])
     loss = loss + tc.tool_loss_weight * parts["loss_tool"]
     parts["loss"] = loss
@@ -134,7 +128,7 @@ def objective(theta: dict[str, Any], query: jax.Array, members: jax.Array, mask:
     gold, gold_mask = members[:, 0], mask[:, 0]
     in_list = jnp.any(gold[:, :, None] == shortlist[:, None, :], axis=-1)     # [B, M]
     parts["loss_enum"] = losses.exhaustive_loss(
-        shortlist_subset_scores(params, query, shortlist, lexical), scores[:, 0],
+        shortlist_subset_scores(params, query, shortlist), scores[:, 0],
         jnp.all(in_list | ~gold_mask, axis=-1))
     loss = loss + tc.exhaustive_loss_weight * parts["loss_enum"]
     parts["loss"] = loss
@@ -151,7 +145,7 @@ def train_step(state: TrainState, batch: batches.Batch, *, mc: config_lib.ModelC
   """
   def loss_fn(theta):
     return objective(theta, batch.query, batch.members, batch.mask, batch.selected,
-                     batch.reward, batch.shortlist, batch.lexical, mc=mc, tc=tc)
+                     batch.reward, batch.shortlist, mc=mc, tc=tc)
 
   (_, parts), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.theta)
   grads = shard_grads(grads)
@@ -225,19 +219,16 @@ def restore_or_keep(mngr, state: TrainState, mesh) -> tuple[TrainState, LoopStat
 
 
 def validate_and_keep_best(state: TrainState, loop: LoopState, done: int, *, data: TrainingData,
-                           config: config_lib.Config, workdir: pathlib.Path,
-                           lexical_index=None) -> tuple[LoopState, dict[str, float]]:
-  """Validation metrics at ``done`` steps (with β₀ when θ trains with the lexical term:
-  ``lexical_index`` scores the validation texts); best/ and the patience count follow
-  Recall@5."""
+                           config: config_lib.Config, workdir: pathlib.Path
+                           ) -> tuple[LoopState, dict[str, float]]:
+  """Validation metrics at ``done`` steps; best/ and the patience count follow Recall@5."""
   mc = config.model
   params = sharding.to_host(model.materialize(state.theta, mc))  # Z may be split over hosts
   # During training "auto" validates with the paper's greedy ranking; the method is chosen once,
   # on the best model, at the end (_finish).
-  vm = evaluate_split(batches.training_params(params, config.train),
-                      data.splits[config.data.val_split], data.tool_ids, mc,
+  vm = evaluate_split(params, data.splits[config.data.val_split], data.tool_ids, mc,
                       config.train.eval_batch_size,
-                      ranking=None if mc.ranking == "auto" else mc.ranking, lexical=lexical_index)
+                      ranking=None if mc.ranking == "auto" else mc.ranking)
   if sharding.first_process_decides(vm["recall@5"] > loop.best_recall5):
     loop = dataclasses.replace(loop, best_recall5=vm["recall@5"], best_step=done, stale_evals=0)
     if jax.process_index() == 0:
@@ -313,16 +304,13 @@ def _train(config, workdir, data, provider, num_devices, progress, stop_after
   # to metrics.jsonl's header, and the loop calls this executable (one compilation).
   step_fn, report = dry_run.compile_step(
       make_step_fn(mesh, mc, tc, optimizer, jax.tree.map(lambda x: x.sharding, state)), state,
-      dry_run.abstract_batch(tc, mc, query_dim, mesh, len(data.tool_ids)), mesh)
+      dry_run.abstract_batch(tc, mc, query_dim, mesh), mesh)
   for line in report.lines():
     log.info("%s", line)
   mlog = workdir_lib.MetricsLog(workdir / workdir_lib.METRICS_FILE, loop.step,
                                 header={"step": -1, "memory": report.to_json()})
   bar = _progress_bar(progress, tc.num_steps, loop.step, config.name)
-  # θ trains with the lexical term: b of every batch's and validation's query texts.
-  lexical_index = LexicalIndex(data.tool_texts) if tc.lexical_weight else None
-  evaluate = functools.partial(validate_and_keep_best, data=data, config=config, workdir=workdir,
-                               lexical_index=lexical_index)
+  evaluate = functools.partial(validate_and_keep_best, data=data, config=config, workdir=workdir)
 
   if loop.step == 0:
     # The starting point (= the dense retriever) competes for best/ too: if training does not
@@ -338,11 +326,10 @@ def _train(config, workdir, data, provider, num_devices, progress, stop_after
     if provider is not None and loop.step % config.rewards.refresh_every == 0:
       loop = dataclasses.replace(loop, rewards=rewards.refresh(
           provider, sharding.to_host(params), train, data.tool_ids, mc, tc,
-          config.rewards.refresh_size, loop.step, lexical_index))
+          config.rewards.refresh_size, loop.step))
     with jax.set_mesh(mesh):  # hard-negative neighbours: a top-k per tools shard, then merged
       batch = batches.make_batch(loop.step, params, train, local_rows,
-                                 num_tools=len(data.tool_ids), mc=mc, tc=tc, rewards=loop.rewards,
-                                 lexical_index=lexical_index)
+                                 num_tools=len(data.tool_ids), mc=mc, tc=tc, rewards=loop.rewards)
     batch = batches.Batch(**sharding.global_batch(batch._asdict(), rows_sharding, tc.batch_size))
     state, parts = step_fn(state, batch)
     loop = dataclasses.replace(loop, step=loop.step + 1)
@@ -452,6 +439,7 @@ def _fit_lexical(best, data: TrainingData, config: config_lib.Config):
 
   Returns (the model directory to write, the ranking, every candidate's validation metrics).
   """
+  from hyset_jax.lexical import LexicalIndex
   mc = config.model
   best = _without_lexical(best)  # a rerun rechooses β (and refits the prior after it)
   t0 = time.time()

@@ -156,10 +156,6 @@ def test_query_noise_is_refused_by_both_tuning_objectives():
   for validate in (label_tuning.validate, finetune.validate_tune):
     with pytest.raises(UserError, match="query_noise is a setting of hyset train"):
       validate(finetune.EncoderTuneConfig(), config)
-  config = tiny_config()
-  config.model.lexical, config.train.lexical_weight = True, 2.0
-  with pytest.raises(UserError, match="lexical_weight .* is a setting of hyset train"):
-    finetune.validate_tune(finetune.EncoderTuneConfig(), config)
 
 
 def test_encoder_reference_is_loadable_from_anywhere(tiny, tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ import pytest
 
 from hyset_jax import cli
 from hyset_jax import config as config_lib
-from hyset_jax import inference, model, modeldir, scoring, train
+from hyset_jax import inference, model, modeldir, train
 from hyset_jax.data.types import ToolLibrary
 from hyset_jax.errors import UserError
 from hyset_jax.evaluation import choose_lexical, evaluate_split
@@ -355,71 +355,3 @@ def test_the_cost_benchmark_times_each_step_on_real_queries(tmp_path, capsys):
                    "--format", "hyset"]) == 0
   assert "format hyset/4" in capsys.readouterr().out
   assert (tmp_path / "exp" / "lexical.json").is_file()
-
-
-# ------------------------------------------------------------- θ trained with the lexical term
-
-def worded_data():
-  """The synthetic training set with words: each tool a three-letter word, each query its gold
-  tools' words (so b is informative)."""
-  from hyset_jax.testing import synthetic_data
-  data = synthetic_data()
-  words = ["".join(chr(97 + (i // 26 ** k) % 26) for k in range(3))
-           for i in range(len(data.tool_ids))]
-  splits = {name: dataclasses.replace(qs, texts=tuple(" and ".join(words[t] for t in g)
-                                                   for g in qs.gold))
-            for name, qs in data.splits.items()}
-  return dataclasses.replace(data, splits=splits, tool_texts=tuple(f"{w} tool" for w in words))
-
-
-def test_set_scores_read_the_term_exactly_in_both_evaluation_orders():
-  rng = np.random.default_rng(4)
-  params = random_params(rng, n=N, d=D, max_size=M)._replace(lexical_weight=np.float32(3.0))
-  q = rng.normal(size=(2, D)).astype(np.float32)
-  lex = LexicalIndex(TEXTS).scores([WORDS[1] + " and " + WORDS[7], WORDS[4]])
-  members = np.array([[[1, 7, 0], [2, 0, 0], [4, 5, 9]]] * 2, np.int32)
-  mask = np.array([[[1, 1, 0], [1, 0, 0], [1, 1, 1]]] * 2, bool)
-  plain = params._replace(lexical_weight=None)
-  for method in ("gram", "gather"):
-    got = np.asarray(scoring.set_scores(params, q, members, mask, method, lexical=lex))
-    for i in range(2):
-      want = brute_f_prime(plain, q[i], lex[i], 3.0, np.arange(N))
-      for c in range(3):
-        key = tuple(sorted(members[i, c][mask[i, c]].tolist()))
-        assert got[i, c] == pytest.approx(want[key], rel=1e-4, abs=1e-4), (method, i, c)
-  with pytest.raises(ValueError, match="lexical scores"):
-    scoring.set_scores(params, q, members, mask, "gather")
-
-
-@pytest.mark.heavy
-def test_theta_trained_with_the_term_is_the_same_on_8_devices_and_after_a_resume(tmp_path):
-  """train.lexical_weight: every batch carries b of its query texts, sharded with its rows, so
-  8 devices train the parameters 1 device does, and an interrupted run resumes to them."""
-  from hyset_jax.testing import small_config
-  from test_train import read_final
-  data = worded_data()
-  c = small_config()
-  c.model.lexical, c.train.lexical_weight = True, 2.0
-  one = train.train_and_evaluate(c, tmp_path / "one", data=data, progress=False, num_devices=1)
-  eight = train.train_and_evaluate(c, tmp_path / "eight", data=data, progress=False,
-                                   num_devices=8)
-  assert one["steps"] == eight["steps"] == 12
-  a, b = read_final(tmp_path / "one"), read_final(tmp_path / "eight")
-  for k in a:
-    np.testing.assert_allclose(a[k], b[k], atol=1e-5, err_msg=k)
-  assert train.train_and_evaluate(c, tmp_path / "split", data=data, progress=False,
-                                  stop_after=5, num_devices=1) == {"interrupted_at": 5}
-  train.train_and_evaluate(c, tmp_path / "split", data=data, progress=False, num_devices=1)
-  for k, v in read_final(tmp_path / "split").items():
-    np.testing.assert_allclose(v, a[k], atol=1e-6, err_msg=k)
-  # The words moved θ: the same run without them ends elsewhere.
-  c0 = small_config()
-  c0.model.lexical = True
-  train.train_and_evaluate(c0, tmp_path / "zero", data=data, progress=False, num_devices=1)
-  z0 = read_final(tmp_path / "zero")
-  assert max(float(np.abs(z0[k] - a[k]).max()) for k in a) > 1e-3
-  # Validation during training read ℓ' (its R@5 is the words' on this data), and β was chosen.
-  rows = [json.loads(line) for line in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
-  assert any(k.startswith("β=") for k in rows[-1]["validation_by_ranking"])
-  with pytest.raises(UserError, match="needs model.lexical=true"):
-    config_lib.validate(small_config(lexical_weight=1.0))

@@ -120,8 +120,7 @@ def test_one_step_on_eight_devices_equals_one_device():
   rng = np.random.default_rng(0)
   shortlists = np.stack([rng.permutation(40)[:mc.k_pool] for _ in idx]).astype(np.int32)
   batch = batches.Batch(qs.embeddings[idx], pools.members, pools.mask,
-                        np.zeros(16, np.int32), np.zeros(16, np.float32), shortlists,
-                        np.zeros((16, 0), np.float32))
+                        np.zeros(16, np.int32), np.zeros(16, np.float32), shortlists)
   out = []
   for n in (1, 8):
     mesh = sharding.make_mesh(n)
