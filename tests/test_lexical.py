@@ -206,6 +206,9 @@ def test_the_server_scores_request_texts_with_the_term():
   assert [r["set"] for r in got] == [[str(t) for t in s if t >= 0] for s in want.set_tools]
   assert [r["ranking"] for r in got] == [[str(t) for t in s] for s in want.ranking]
   assert "1" in got[0]["shortlist"] and "7" in got[0]["shortlist"] and "4" in got[1]["shortlist"]
+  server.warm_up()                   # compiles with zero scores: every bucket, no error
+  with pytest.raises(ValueError, match="lexical scores"):
+    server.predict(encode(texts[:1]), server.defaults)   # embeddings alone would drop the words
 
 
 def test_switching_the_term_on_a_finished_run_rechooses_without_retraining(tmp_path):

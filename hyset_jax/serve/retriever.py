@@ -149,15 +149,17 @@ class Retriever:
   def predict(self, emb: np.ndarray, options: Options,
               lexical: np.ndarray | None = None) -> list[dict]:
     """Prediction rows for f32[n, d_r] query embeddings (one device call per bucket);
-    ``lexical``: their f32[n, N] lexical scores, for a model with the lexical term (zeros,
-    i.e. no word matched, when not given)."""
+    ``lexical``: their f32[n, N] lexical scores, required for a model with the lexical term
+    (:meth:`retrieve_batch` computes them from the texts)."""
     n = emb.shape[0]
     bucket = self.bucket(n)
     pad = -n % bucket
     if pad:
       emb = np.concatenate([emb, np.zeros((pad, emb.shape[1]), np.float32)])
     if self.model.lexical is not None:
-      lexical = np.zeros((n, self.num_tools), np.float32) if lexical is None else lexical
+      if lexical is None:
+        raise ValueError("this model has a lexical term: pass the queries' lexical scores "
+                         "(ModelDir.lexical_scores of their texts)")
       lexical = np.concatenate([lexical, np.zeros((pad, self.num_tools), np.float32)])
     pred = inference.predict_batched(self.prepared(options.max_size), emb, k1=self.model.k1,
                                      k_pool=options.k_pool, max_size=options.max_size,
@@ -203,7 +205,10 @@ class Retriever:
     d = self.query_dim
     size = 1
     while True:
-      self.predict(np.zeros((size, d), np.float32), self.defaults)
+      # Zero lexical scores (no word matched) compile the same program real ones run.
+      lexical = (None if self.model.lexical is None else
+                 np.zeros((size, self.num_tools), np.float32))
+      self.predict(np.zeros((size, d), np.float32), self.defaults, lexical)
       if size >= self.max_batch:
         break
       size = min(self.max_batch, size * 2)
