@@ -3,14 +3,14 @@
   python -m benchmarks.lexical_cost --model runs/demo/best --config bfcl --tag bfcl \
       [--batches 1 64] [--repeats 5] [--queries N] [--out benchmarks/results] [--force]
 
-A model with the lexical term (a ``hyset/4`` directory) answers a request in three steps: the
-query encoder, BM25 of the query text over the tool texts (b, ``hyset_jax.lexical``) and the
-prepared two-stage prediction with ℓ' = ℓ + β·b. Without the term the middle step is absent and
-the prediction reads ℓ. For each batch size this times, over every test query of the config's
-data set (the first --queries of them) in batches of that size (the last one padded by the prediction itself), each step
-alone — the encoder (not cached), BM25, the prediction without b and with it — after one
-warm-up pass (compilation). Each repeat times every batch; a step's ms/query is the median over
-the repeats. Machines here are shared, so what to read are the same-run ratios:
+A model with the lexical term (a ``hyset/4`` directory) answers a request in three steps:
+the query encoder, BM25 of the query text over the tool texts (b, ``hyset_jax.lexical``) and
+the prepared two-stage prediction with ℓ' = ℓ + β·b. Without the term the middle step is
+absent and the prediction reads ℓ. For each batch size this times, over every test query of
+the config's data set (the first --queries of them) in batches of that size (the last one
+padded by the prediction itself), each step alone — the encoder (not cached), BM25, the
+prediction without b and with it — after one warm-up pass (compilation). Each repeat times
+every batch; a step's ms/query is the median over the repeats. Machines here are shared, so what to read are the same-run ratios:
 
 - ``request``: (encoder + BM25 + prediction with b) / (encoder + prediction without b), what a
   ``hyset predict`` or ``hyset serve`` request pays for the term;
@@ -59,7 +59,8 @@ def time_steps(model, encoder, texts: list[str], batch: int, repeats: int,
       spent["bm25"] += time.perf_counter() - t1
       spent["encoder"] += t1 - t0
       # The two predictions take turns going first, so neither always finds the caches warm.
-      for name, m, b in (("predict", plain, None), ("predict_with_b", prepared, lex))[::(-1) ** i]:
+      order = (("predict", plain, None), ("predict_with_b", prepared, lex))
+      for name, m, b in order if i % 2 == 0 else order[::-1]:
         t = time.perf_counter()
         predict(m, emb, b)
         spent[name] += time.perf_counter() - t

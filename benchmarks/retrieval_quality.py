@@ -1,4 +1,5 @@
-"""Retrieval quality tables for docs/results.md (summarised in the README): baselines, HYSET over seeds, ablations.
+"""Retrieval quality tables for docs/results.md (summarised in the README): baselines, HYSET
+over seeds, ablations.
 
   python -m benchmarks.retrieval_quality --config toollens --seeds 0 1 2 --out benchmarks/results
 
@@ -390,7 +391,8 @@ def run(args: argparse.Namespace) -> int:
                                          f"train.query_noise={QUERY_NOISE}"]))
     # ... without the seen-set prior (new combinations are not training sets) and with a
     # longer shortlist, K1 = 25, K_pool = 30 (2/3 of the gold tools were in the top 20):
-    # chosen over K_pool = 20 by the validation split on all four unseen-set splits (docs/results.md).
+    # chosen over K_pool = 20 by the validation split on all four unseen-set splits
+    # (docs/results.md).
     ablations.append((f"preset, Z fixed, 250 steps, query noise σ = {QUERY_NOISE}, no prior, "
                       "K_pool = 30", "zfixed250noise30",
                       ["model.train_tool_embeddings=false", "train.num_steps=250",

@@ -16,7 +16,8 @@ the same draw, under the same coverage rule, go to ``qrels/validation.tsv``, so 
 stopping and the choice of the ranking see new combinations too, as the test does. A
 validation split carved from train (``--validation-sets 0``) holds sets that training also
 sees; measured on ToolLens, a model selected on it is the one that memorised the training
-sets best (docs/results.md, unseen-split tables). With a carve, the tool coverage is checked after it.
+sets best (docs/results.md, unseen-split tables). With a carve, the tool coverage is checked
+after it.
 
 Writes a BEIR folder (corpus.jsonl, queries.jsonl, qrels/train.tsv, [qrels/validation.tsv,]
 qrels/test.tsv) that every method reads as ``beir:DIR``, plus ``split.json`` recording the

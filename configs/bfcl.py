@@ -16,8 +16,8 @@ def get_config() -> Config:
   c.model.max_set_size = 5
   c.model.train_tool_embeddings = False
   # The query tower, the conditioned set term and the exhaustive-shortlist loss were measured on
-  # ToolLens only; BFCL keeps the configuration its numbers in docs/results.md were measured with until they
-  # are measured here too.
+  # ToolLens only; BFCL keeps the configuration its numbers in docs/results.md were measured
+  # with until they are measured here too.
   c.model.tower_depth, c.model.conditioned = 0, False
   c.train.exhaustive_loss_weight = 0.0
   # The seen-set prior: for sets that repeat training sets, which most BFCL test sets do not.

@@ -2,13 +2,14 @@
 
 The base preset: tiny, paper and bfcl derive from it. M = 3 is the largest gold set; the
 validation split is 10% of train, carved by query-id hash. Additions to the paper, each measured
-in the ablation rows of docs/results.md: the per-tool loss on ℓ (train.tool_loss_weight), shortlist
-negatives (train.shortlist_negatives), the exhaustive-shortlist loss
+in the ablation rows of docs/results.md: the per-tool loss on ℓ (train.tool_loss_weight),
+shortlist negatives (train.shortlist_negatives), the exhaustive-shortlist loss
 (train.exhaustive_loss_weight), a one-layer query tower (model.tower_depth), the
 query-conditioned set term of rank 128 (model.conditioned, model.conditioned_rank) and the
 seen-set prior (model.set_prior: kept only when validation chooses it); `--config paper`
 removes all six. 1,000 steps keep a run under 10 minutes on a 2-core CPU
-(515 s measured, 2026-12-01); 1,500 steps gain about 0.5-1 point on the test metrics (docs/results.md).
+(515 s measured, 2026-12-01); 1,500 steps gain about 0.5-1 point on the test metrics
+(docs/results.md).
 """
 from hyset_jax.config import Config, DataConfig, ModelConfig, TrainConfig, shared_data
 

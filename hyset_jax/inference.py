@@ -190,13 +190,13 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
   - ``set-mean``: the shortlist by :func:`set_mean` (ties by descending ℓ) — each tool by the
     mean F of every candidate set it belongs to, not by the one best set. Where Ê is seldom
     right (tool sets unseen in training) the evidence of all sets is steadier than the argmax;
-    where it is right (seen sets) the average drowns it (docs/results.md, unseen-set split). Needs every
-    subset's score: the [Q, n] matrix that the best-set path otherwise never writes.
+    where it is right (seen sets) the average drowns it (docs/results.md, unseen-set split).
+    Needs every subset's score: the [Q, n] matrix that the best-set path otherwise never writes.
   - ``set-max``: the shortlist by :func:`set_max` (ties by descending ℓ) — each tool by the best
     F of any candidate set it belongs to. Ê's members come first (by ℓ, as in ``set-first``),
     then the tools of the runner-up sets: where Ê is often right (sets seen in training) the
-    next places go to the sets that almost won instead of to single tools by ℓ (docs/results.md, the
-    seen-set prior: +0.3-0.6 COMP@5 over set-first).
+    next places go to the sets that almost won instead of to single tools by ℓ
+    (docs/results.md, the seen-set prior: +0.3-0.6 COMP@5 over set-first).
 
   The delivered set is the same under every ranking.
 

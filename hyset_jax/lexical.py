@@ -2,8 +2,8 @@
 
 A dense query vector averages a request's intents: "find the area of a square and the weather in
 Queenstown" lands near weather tools and the square's tool falls out of the shortlist, while
-BM25 matches both by their words (measured on BFCL's multi-tool queries: docs/results.md). The term adds
-the query's BM25 scores, scaled to its best match, to every tool's logit:
+BM25 matches both by their words (measured on BFCL's multi-tool queries: docs/results.md). The
+term adds the query's BM25 scores, scaled to its best match, to every tool's logit:
 
   ℓ'(x, t) = ℓ(x, t) + β · b(x, t),   b(x, t) = BM25(x, t) / max_t' BM25(x, t')  ∈ [0, 1]
 

@@ -66,7 +66,8 @@ def test_removing_a_tool_of_every_set_drops_the_prior():
   prior = SetPrior(members, np.ones((3, D), np.float32), np.zeros(3, np.float32),
                    np.float32(4), np.float32(np.log(0.1)))
   before = dataclasses.replace(before, params=before.params._replace(prior=prior))
-  assert sets_by_id(tooledit.remove_tools(before, [IDS[1]])) == [(IDS[2],), (IDS[0], IDS[3], IDS[5])]
+  assert sets_by_id(tooledit.remove_tools(before, [IDS[1]])) == [(IDS[2],),
+                                                                (IDS[0], IDS[3], IDS[5])]
   assert tooledit.remove_tools(before, [IDS[0], IDS[2]]).params.prior is None
 
 

@@ -45,8 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--encoder-lr", type=float, default=1e-4, metavar="LR",
                  help="the encoder's peak learning rate (default 1e-4)")
   # 3: on ToolLens the third epoch still lowered the validation loss (1.80 -> 1.57) and lifted
-  # HYSET over the encoder (docs/results.md); the lowest-validation-loss epoch is kept, so an encoder
-  # that starts to memorise earlier (the unseen-set split: epoch 1) is not the one exported.
+  # HYSET over the encoder (docs/results.md); the lowest-validation-loss epoch is kept, so an
+  # encoder that starts to memorise earlier (the unseen-set split: epoch 1) is not the one
+  # exported.
   p.add_argument("--epochs", type=float, default=3.0, metavar="E",
                  help="passes over the training queries (default 3; the epoch with the lowest "
                       "validation loss is kept); --steps overrides")
