@@ -3,7 +3,7 @@
   python -m benchmarks.lexical_cost --model runs/demo/best --config bfcl --tag bfcl \
       [--batches 1 64] [--repeats 5] [--queries N] [--out benchmarks/results] [--force]
 
-A model with the lexical term (a ``hyset/4`` directory) answers a request in three steps:
+A model with the lexical term answers a request in three steps:
 the query encoder, BM25 of the query text over the tool texts (b, ``hyset_jax.lexical``) and
 the prepared two-stage prediction with ℓ' = ℓ + β·b. Without the term the middle step is
 absent and the prediction reads ℓ. For each batch size this times, over every test query of
@@ -123,9 +123,9 @@ def run(args: argparse.Namespace) -> int:
                            inputs=[args.model]) for e in ("json", "md", "png"))
   model = load_model_dir(args.model)
   if model.lexical is None:
-    raise UserError(f"{args.model}: this model has no lexical term (format "
-                    f"{model.manifest()['format']!r}; expected 'hyset/4', e.g. best/ of "
-                    f"`hyset train --config bfcl`)")
+    raise UserError(f"{args.model}: this model has no lexical term (its terms: "
+                    f"{', '.join(model.terms) or 'none'}; e.g. best/ of "
+                    f"`hyset train --config bfcl` has it)")
   if model.query_encoder is None:
     raise UserError(f"{args.model}: the model directory names no query encoder")
   config = config_lib.resolve(args.config)
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--model", required=True, metavar="DIR",
-                      help="a model directory with the lexical term (hyset/4)")
+                      help="a model directory with the lexical term")
   parser.add_argument("--tag", required=True, help="names the outputs")
   parser.add_argument("--config", default="bfcl",
                       help="the preset whose data set's test queries to time (default: bfcl)")

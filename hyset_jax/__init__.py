@@ -3,12 +3,14 @@
 The pieces, one job per module:
 
 - :mod:`hyset_jax.scoring`      pure set-scoring functions (paper Eq. 2-6).
-- :mod:`hyset_jax.model`        the Flax NNX parameter container θ = (Z, M_2..M_M, P).
+- :mod:`hyset_jax.model`        θ = (Z, M_2..M_M, P, q) as a pytree: initialisation, ablations, constraints.
 - :mod:`hyset_jax.enumeration`  static subset tables and exhaustive scoring of every subset.
 - :mod:`hyset_jax.inference`    two-stage inference (Eq. 12-14), the prepared fast path, ranking.
 - :mod:`hyset_jax.neighbors`    the per-tool neighbour table for the exact fast expansion (Eq. 13).
 - :mod:`hyset_jax.choices`      the names of enumeration methods, rankings and stage-2 outputs.
-- :mod:`hyset_jax.modeldir`     the ``hyset/1`` model directory (read, validate, write).
+- :mod:`hyset_jax.model_format` the model format: schema, the one reader and checker (NumPy only).
+- :mod:`hyset_jax.terms`        the model terms beside the paper's θ, one module each, by name.
+- :mod:`hyset_jax.modeldir`     the model directory (read, validate, write).
 - :mod:`hyset_jax.cli`          the ``hyset`` console script.
 """
 

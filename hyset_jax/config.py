@@ -18,6 +18,7 @@ import difflib
 import importlib
 import importlib.util
 import json
+import math
 import os
 import pathlib
 import pkgutil
@@ -171,9 +172,10 @@ def validate(config: Config) -> Config:
   validate_sizes(m.k_pool, m.max_set_size, k1=m.k1)
   if m.conditioned_rank < 0:
     raise UserError(f"model.conditioned_rank must be ≥ 0, got {m.conditioned_rank}")
-  if m.set_prior and m.ranking == "greedy":
-    raise UserError("model.set_prior=true needs model.ranking auto, logit, set-first, "
-                    "set-mean or set-max: the greedy ranking's marginal gains are under F alone")
+  from hyset_jax.model_format import SCHEMA  # no JAX: the schema's declaration of the term
+  if m.set_prior and m.ranking in SCHEMA["terms"]["prior"].get("rankings_excluded", ()):
+    raise UserError(f"model.set_prior=true rules out model.ranking={m.ranking} (its marginal "
+                    f"gains are under F alone); use auto or another ranking")
   if m.tower_depth < 0 or m.tower_hidden < 0:
     raise UserError(f"model.tower_depth and model.tower_hidden must be ≥ 0, got "
                     f"{m.tower_depth} and {m.tower_hidden}")
@@ -269,7 +271,8 @@ def load_preset(name: str) -> Config:
 
 def _parse_value(text: str, kind: Any, key: str) -> Any:
   """``text`` parsed as ``kind`` (a field's type hint): bool accepts true/false/1/0 (any case),
-  tuples accept ``a,b,c`` (brackets optional), ``tuple[int, ...]`` any length."""
+  floats must be finite, tuples accept ``a,b,c`` (brackets optional), ``tuple[int, ...]`` any
+  length."""
   origin = typing.get_origin(kind)
   if origin is Literal:
     choices = typing.get_args(kind)
@@ -292,7 +295,10 @@ def _parse_value(text: str, kind: Any, key: str) -> Any:
     if kind is int:
       return int(text)
     if kind is float:
-      return float(text)
+      value = float(text)
+      if not math.isfinite(value):  # nan passes every `x < 0` check and would train silently
+        raise ValueError
+      return value
   except ValueError:
     raise UserError(f"--set {key}: expected {kind.__name__}, got {text!r}") from None
   return text

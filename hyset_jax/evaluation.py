@@ -4,7 +4,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from hyset_jax import inference, lexical as lexical_lib, metrics, set_prior
+from hyset_jax import inference, lexical as lexical_lib, metrics, set_prior, terms
 from hyset_jax.scoring import HysetParams, SetPrior
 from hyset_jax.train_data import QuerySet
 
@@ -65,8 +65,7 @@ def choose_ranking(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ...],
                    ) -> tuple[str, dict[str, dict[str, float]]]:
   """The ranking method with the best mean of :data:`RANK_METRICS` on ``qs`` (ties: the first
   of ``inference.RANKINGS``, the paper's greedy), and every method's metrics."""
-  # A seen-set prior rules out greedy (its marginal gains are under F alone).
-  names = tuple(r for r in inference.RANKINGS if params.prior is None or r != "greedy")
+  names = terms.allowed_rankings(params)  # a term may rule some out (the prior: greedy)
   scores = evaluate_rankings(params, qs, tool_ids, mc, batch_size, names, lexical=lexical)
   best = max(names, key=lambda r: (np.mean([scores[r][k] for k in RANK_METRICS]),
                                    -names.index(r)))
@@ -122,9 +121,8 @@ def choose_lexical(params: HysetParams, index: lexical_lib.LexicalIndex, qs: Que
     (β, or None when no β > 0 beats its absence; the ranking; every candidate's metrics keyed
      ``"none <ranking>"`` or ``"β=… <ranking>"``).
   """
-  candidates = inference.RANKINGS if mc.ranking == "auto" else (mc.ranking,)
-  if params.prior is not None:  # greedy's marginal gains are under F alone
-    candidates = tuple(r for r in candidates if r != "greedy")
+  candidates = tuple(r for r in (inference.RANKINGS if mc.ranking == "auto" else (mc.ranking,))
+                     if r in terms.allowed_rankings(params))
   plain_params = params._replace(lexical_weight=None)
   table = {f"none {r}": m for r, m in evaluate_rankings(plain_params, qs, tool_ids, mc,
                                                         batch_size, candidates).items()}

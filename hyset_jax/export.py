@@ -3,12 +3,12 @@
 Every format is a directory written atomically (a temporary directory renamed into place), never
 over a non-empty one unless ``force``:
 
-- ``hyset``: the ``hyset/1`` model directory (:mod:`hyset_jax.modeldir`, docs/contracts.md).
+- ``hyset``: the model directory (:mod:`hyset_jax.modeldir`, docs/contracts.md).
 - ``npz``: ``model.npz``, readable with ``np.load(path, allow_pickle=False)`` — the same arrays
   (``tool_embeddings``, ``projection``, ``interaction_2`` … ``interaction_M``) plus ``tool_ids``
-  (unicode) and the manifest fields (``format``, ``max_set_size``, ``k1``, ``k_pool``,
-  ``query_encoder``) as 0-d arrays; a model with the lexical term (``hyset/4``) adds
-  ``lexical_weight`` (β), ``lexical_tool_texts`` (unicode, row order), ``lexical_k1``,
+  (unicode) and the manifest fields (``format``, ``terms`` (unicode), ``max_set_size``, ``k1``,
+  ``k_pool``, ``query_encoder``) as 0-d arrays; each term's tensors; the lexical term adds
+  ``lexical_tool_texts`` (unicode, row order), ``lexical_k1``,
   ``lexical_b`` and ``lexical_tokenizer``.
 - ``projector``: TensorBoard Embedding Projector files — ``tensors.tsv`` (the rows of Z),
   ``metadata.tsv`` (header ``id  category  name``), ``projector_config.pbtxt`` (TensorBoard's
@@ -65,8 +65,8 @@ def write_npz(out: str | os.PathLike, model: modeldir.ModelDir, *,
     doc = modeldir.lexical_document(model.lexical)
     arrays["lexical_tool_texts"] = np.asarray(doc["tool_texts"], dtype=str)
     arrays.update({f"lexical_{k}": np.asarray(doc[k]) for k in ("k1", "b", "tokenizer")})
-  arrays.update({k: np.asarray(v) for k, v in model.manifest().items()
-                 if k != "tool_ids" and v is not None})
+  arrays.update({k: np.asarray(v, dtype=str if k == "terms" else None)
+                 for k, v in model.manifest().items() if k != "tool_ids" and v is not None})
   with atomic_dir(out, force, marker=MARKERS["npz"], what="npz export") as tmp:
     np.savez(tmp / NPZ_FILE, **arrays)
   return pathlib.Path(out)

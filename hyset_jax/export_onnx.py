@@ -15,7 +15,7 @@ The functions converted are the StableHLO export's (:func:`hyset_jax.export.stab
 :func:`hyset_jax.inference.shortlist` and :func:`hyset_jax.inference.rerank` with θ closed over),
 so θ is embedded as initializers and the outputs mean what ``hyset predict`` writes (tool rows;
 ``tool_ids`` maps them to ids). Run them with onnxruntime: stage 1's outputs, with the query
-embeddings again (hyset/2's query-conditioned set term uses them), are stage 2's inputs.
+embeddings again (the query-conditioned set term uses them), are stage 2's inputs.
 
 Exporter: jax2onnx (maintained, converts jaxprs primitive by primitive, no TensorFlow). What
 does not export, plainly:

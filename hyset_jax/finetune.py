@@ -24,7 +24,7 @@ which negatives are drawn, never the loss of a drawn pool.
 Out directory::
 
   encoder/        the fine-tuned encoder, a sentence-transformers directory (not for frozen)
-  model/          θ after the last step, a hyset/1 model directory whose query_encoder is
+  model/          θ after the last step, a model directory whose query_encoder is
                   encoder/ (absolute path), so ``hyset predict --model out/model`` uses it
   metrics.json    validation/test metrics before and after, step timings, the configs
 """

@@ -31,7 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyset_jax import choices, enumeration, neighbors, scoring, set_prior, sharding
+from hyset_jax import (choices, enumeration, model_format, neighbors, scoring, set_prior,
+                       sharding, terms)
 from hyset_jax.errors import UserError
 from hyset_jax.scoring import HysetParams
 
@@ -215,9 +216,10 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
     int32[Q, K] shortlist positions, best first.
   """
   choices.check("ranking", ranking, choices.RANKINGS)
-  if seen is not None and ranking == "greedy":
-    raise UserError("the greedy ranking does not support a seen-set prior (its marginal gains "
-                    "are under F alone); rank with logit, set-first, set-mean or set-max")
+  if seen is not None and ranking in terms.REGISTRY["prior"].rankings_excluded:
+    raise UserError(f"the {ranking} ranking does not support a seen-set prior (its marginal "
+                    f"gains are under F alone); rank with "
+                    f"{', '.join(model_format.allowed_rankings(['prior']))}")
   q, k = logits.shape
   if ranking == "logit":
     return jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (q, k))

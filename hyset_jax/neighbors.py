@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
+import zipfile
 from typing import NamedTuple
 
 import jax
@@ -133,7 +134,7 @@ def load_or_build(keyed: jax.Array, z: jax.Array, m_m: jax.Array, width: int,
     with np.load(path, allow_pickle=False) as f:
       if str(f["key"]) == key and f["ids"].shape == (n, width):
         return NeighborTable(f["ids"], f["scores"])
-  except (OSError, KeyError, ValueError, EOFError):
+  except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
     pass
   table = build(keyed, z, width, progress=progress)
   from hyset_jax import io_utils

@@ -6,12 +6,9 @@ M_2..M_M, the other tools' z — is kept as trained; removing a tool drops its r
 stage 1 scores a new tool by ℓ = rᵀ P z_new and stage 2 pairs it with the others through the
 trained M_m, which is the paper's setting for tools unseen in training.
 
-What refers to tool rows follows them. With the lexical term (``hyset/4``) the BM25 index is
-rebuilt over the edited library's texts, so b(x, t) is BM25 over the tools the model now has
-(document frequencies included): an added tool's text is required. With the seen-set prior
-(``hyset/3``) each training gold set keeps its tools when rows move; a set that contained a
-removed tool can no longer be predicted and is dropped from the prior (its classifier row too:
-p is a softmax over the sets that remain).
+What refers to tool rows follows them: every term the model carries that refers to rows
+(:mod:`hyset_jax.terms`; today the seen-set prior and the lexical term) is re-indexed by its own
+``reindex``, so no term can be forgotten here. The lexical term needs the added tools' texts.
 
 Anything derived from Z (neighbour tables a server caches beside a model) is keyed by Z and
 must be rebuilt: ``hyset tools`` writes only the model files, never such caches.
@@ -27,36 +24,21 @@ from hyset_jax.errors import UserError
 
 
 def _with_tools(model, tool_ids: tuple[str, ...], z: np.ndarray, rows: np.ndarray,
-                texts: tuple[str, ...] | None = None):
+                added_texts: Sequence[str] | None = None):
   """``model`` over a new library: ``rows`` int[N_old] is each old row's new row (-1: removed),
-  ``texts`` the new library's tool texts (for the lexical index)."""
+  ``added_texts`` the texts of the rows that are new (for a term that keeps tool texts)."""
+  from hyset_jax import terms
   from hyset_jax.enumeration import validate_sizes
   try:
     validate_sizes(model.k_pool, model.max_set_size, k1=model.k1, num_tools=len(tool_ids))
   except UserError as e:
     raise UserError(f"the edited library would have {len(tool_ids)} tools: {e}") from None
-  params = model.params._replace(tool_embeddings=np.asarray(z, np.float32),
-                                 prior=_moved_prior(model.params.prior, rows))
-  lexical = model.lexical
-  if lexical is not None:
-    from hyset_jax.lexical import LexicalIndex
-    lexical = LexicalIndex(texts, k1=lexical.k1, b=lexical.b)
-  return dataclasses.replace(model, params=params, tool_ids=tool_ids, path=None, lexical=lexical)
-
-
-def _moved_prior(prior, rows: np.ndarray):
-  """The seen-set prior with its members' rows moved by ``rows`` (old row → new row, -1:
-  removed); sets with a removed member are dropped, and no prior is left when none remains."""
-  if prior is None:
-    return None
-  members = np.asarray(prior.members)
-  moved = np.where(members >= 0, rows[np.maximum(members, 0)], -1)
-  keep = ~np.any((members >= 0) & (moved < 0), axis=1)
-  if not keep.any():
-    return None
-  # Rows may change order only by removal, which keeps the survivors' order: still ascending.
-  return prior._replace(members=moved[keep].astype(np.int32), w=np.asarray(prior.w)[keep],
-                        b=np.asarray(prior.b)[keep])
+  params = model.params._replace(tool_embeddings=np.asarray(z, np.float32))
+  edited = dataclasses.replace(model, params=params, tool_ids=tool_ids, path=None)
+  for term in terms.carried(model.params):
+    if term.refers_to_rows:
+      edited = term.reindex(edited, rows, added_texts)
+  return edited
 
 
 def add_tools(model, tool_ids: Sequence[str], embeddings: np.ndarray,
@@ -67,7 +49,7 @@ def add_tools(model, tool_ids: Sequence[str], embeddings: np.ndarray,
     model: a loaded model directory.
     tool_ids: n new ids, none already in the model and none repeated.
     embeddings: f32[n, d_z] their tool-encoder embeddings (normalised here).
-    texts: their n tool texts; required when the model has the lexical term.
+    texts: their n tool texts; required when a term keeps tool texts (the lexical term).
   """
   from hyset_jax.model import normalize_rows
   tool_ids = tuple(tool_ids)
@@ -87,16 +69,10 @@ def add_tools(model, tool_ids: Sequence[str], embeddings: np.ndarray,
                     f"embeddings are {z.shape[1]}-d, so expected ({len(tool_ids)}, {z.shape[1]})")
   if not np.all(np.isfinite(emb)):
     raise UserError("new tool embeddings contain NaN or inf")
-  all_texts = None
-  if model.lexical is not None:
-    if texts is None or len(texts) != len(tool_ids):
-      raise UserError(f"this model has a lexical term (BM25 over its tool texts): the "
-                      f"{len(tool_ids)} new tools' texts are needed")
-    all_texts = tuple(model.lexical.tool_texts) + tuple(texts)
   new = np.asarray(normalize_rows(emb), np.float32)
   return _with_tools(model, tuple(model.tool_ids) + tool_ids,
                      np.concatenate([np.asarray(z, np.float32), new]),
-                     np.arange(len(model.tool_ids)), all_texts)
+                     np.arange(len(model.tool_ids)), texts)
 
 
 def remove_tools(model, tool_ids: Sequence[str]):
@@ -110,6 +86,4 @@ def remove_tools(model, tool_ids: Sequence[str]):
   z = np.asarray(model.params.tool_embeddings, np.float32)[keep]
   rows = np.full(len(model.tool_ids), -1)
   rows[keep] = np.arange(len(keep))
-  texts = (None if model.lexical is None else
-           tuple(model.lexical.tool_texts[i] for i in keep))
-  return _with_tools(model, tuple(model.tool_ids[i] for i in keep), z, rows, texts)
+  return _with_tools(model, tuple(model.tool_ids[i] for i in keep), z, rows)

@@ -2,7 +2,7 @@
 
   config.json          the resolved config (a rerun with a different one is refused)
   checkpoints/<step>/  Orbax (hyset_jax.checkpoints)
-  best/, final/        hyset/2 model directories
+  best/, final/        model directories
   metrics.jsonl        one line per log/eval step (process 0); the first line is the header
                        {"step": -1, "memory": …}: this start's per-device memory and FLOPs
   curves.png           training loss and validation metrics (hyset_jax.curves)

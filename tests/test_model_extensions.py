@@ -1,15 +1,13 @@
 """The query tower and the query-conditioned set term against brute force, their identity at
-initialisation, and their travel through the hyset/2 model directory."""
+initialisation (their travel through every export: tests/test_terms.py)."""
 import itertools
-import json
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyset_jax import inference, model, modeldir, scoring
-from hyset_jax.errors import UserError
+from hyset_jax import inference, model, scoring
 from hyset_jax.scoring import HysetParams, QueryInteraction, QueryTower
 
 
@@ -118,42 +116,3 @@ def test_gradients_reach_the_tower_and_the_conditioned_term():
   assert np.any(grads.conditioned.v) and np.any(grads.conditioned.b)
 
 
-def test_hyset2_round_trip_and_hyset1_still_read(tmp_path):
-  rng = np.random.default_rng(5)
-  params = model.host_params(random_params(rng))
-  ids = tuple(f"t{i}" for i in range(14))
-  md = modeldir.ModelDir(params, ids, 3, 4, 8, None, ranking="logit")
-  modeldir.save_model_dir(tmp_path / "m2", md)
-  back = modeldir.load_model_dir(tmp_path / "m2")
-  assert back.ranking == "logit" and back.query_encoder is None
-  assert len(jax.tree.leaves(back.params)) == len(jax.tree.leaves(params)) == 11
-  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(back.params)):
-    np.testing.assert_array_equal(a, b)
-  manifest = json.loads((tmp_path / "m2" / "manifest.json").read_text())
-  assert manifest["format"] == "hyset/2"
-  # hyset/1: no tower, no conditioned term, no ranking field.
-  plain = params._replace(tower=None, conditioned=None)
-  modeldir.save_model_dir(tmp_path / "m1", modeldir.ModelDir(plain, ids, 3, 4, 8, "enc"))
-  m1 = json.loads((tmp_path / "m1" / "manifest.json").read_text())
-  m1["format"] = "hyset/1"
-  del m1["ranking"]
-  (tmp_path / "m1" / "manifest.json").write_text(json.dumps(m1))
-  old = modeldir.load_model_dir(tmp_path / "m1")
-  assert old.params.tower is None and old.ranking is None
-  # A hyset/2 tensor under a hyset/1 manifest, and an incomplete group, are refused by name.
-  manifest["format"] = "hyset/1"
-  (tmp_path / "m2" / "manifest.json").write_text(json.dumps(manifest))
-  with pytest.raises(UserError, match="tower_w_in.*hyset/2"):
-    modeldir.load_model_dir(tmp_path / "m2")
-  from safetensors.numpy import load_file, save_file
-  manifest["format"] = "hyset/2"
-  (tmp_path / "m2" / "manifest.json").write_text(json.dumps(manifest))
-  tensors = load_file(str(tmp_path / "m2" / "params.safetensors"))
-  del tensors["conditioned_v"]
-  save_file(tensors, str(tmp_path / "m2" / "params.safetensors"))
-  with pytest.raises(UserError, match="missing tensor 'conditioned_v'"):
-    modeldir.load_model_dir(tmp_path / "m2")
-  manifest["ranking"] = "sideways"
-  (tmp_path / "m1" / "manifest.json").write_text(json.dumps(dict(manifest, format="hyset/2")))
-  with pytest.raises(UserError, match="manifest.json: field 'ranking'"):
-    modeldir.load_model_dir(tmp_path / "m1")

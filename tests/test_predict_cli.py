@@ -85,8 +85,8 @@ def asym():
     ({"tool_embeddings": np.full((N, D), np.nan, np.float32)}, None, "NaN"),
     ({"tool_embeddings": np.ones((N, D), np.float32)}, None, "unit rows"),
     (None, {"format": "hyset/0"}, "'format'"),
-    (None, {"k1": 8}, "k1 must satisfy"),
-    (None, {"k_pool": 30}, "fewer than k_pool"),
+    (None, {"k1": 8}, "need 1 ≤ k1 < k_pool"),
+    (None, {"k_pool": 30}, "the model has only 24 tools"),
     ({"interaction_4": np.zeros((D, D), np.float32)}, None, "unexpected tensor"),
 ])
 def test_bad_model_directories(tmp_path, tensors, manifest, needle):

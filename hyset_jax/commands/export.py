@@ -2,12 +2,15 @@
 
 Formats (see :mod:`hyset_jax.export` and docs/export.md):
 
-  hyset       the model directory, format hyset/2 (params.safetensors + manifest.json; hyset/3
-              with a seen-set prior, hyset/4 with the lexical term and its lexical.json)
+  hyset       the model directory (params.safetensors + manifest.json, which lists the model's
+              terms; lexical.json with the lexical term)
   npz         model.npz: the same arrays, tool_ids and the manifest fields
   projector   TensorBoard Embedding Projector TSVs of the tool embeddings
   stablehlo   jax.export artifacts of stage 1, stage 2 and both, with signature.json
   onnx        stage1.onnx and stage2.onnx (fixed batch, --onnx-batch) with signature.json
+  hyset-pytorch  best.pt: the HYSET authors' PyTorch checkpoint (format_version 2), written
+              without torch; only a model of the paper's configuration (no query tower,
+              conditioned set term, seen-set prior or lexical term; d_z = d_r)
 
 --out is a directory; one that exists and is not empty is replaced only with --force, and
 only if it holds an earlier export of the same format.
@@ -20,6 +23,8 @@ from hyset_jax.errors import UserError
 
 # hyset_jax.export.FORMATS, not imported here: it would load JAX for ``hyset --help``.
 FORMATS = ("hyset", "npz", "projector", "stablehlo", "onnx")
+# Formats of other implementations, written by hyset_jax.peer (not hyset_jax.export).
+PEER_FORMATS = ("hyset-pytorch",)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +33,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--workdir", required=True, metavar="DIR",
                  help="a hyset train workdir (its best/ model) or a model directory")
   p.add_argument("--out", required=True, metavar="DIR", help="output directory")
-  p.add_argument("--format", choices=FORMATS, default="hyset",
+  p.add_argument("--format", choices=FORMATS + PEER_FORMATS, default="hyset",
                  help="what to write (default hyset; see above)")
   p.add_argument("--data", metavar="SPEC",
                  help="projector: data spec for tool categories and names "
@@ -44,14 +49,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
   from hyset_jax import export, io_utils, modeldir
+  from hyset_jax.peer import convert
   source = modeldir.best_model_dir(args.workdir)
+  markers = {**export.MARKERS, "hyset-pytorch": (convert.CHECKPOINT_FILE,)}
   # Before loading or compiling anything.
-  out = io_utils.output_dir(args.out, args.force, marker=export.MARKERS[args.format],
+  out = io_utils.output_dir(args.out, args.force, marker=markers[args.format],
                             inputs=(source, args.workdir), what=f"{args.format} export")
   model = modeldir.load_model_dir(source)
   if args.format == "hyset":
     modeldir.save_model_dir(out, model, force=args.force)
-    what = f"format {model.manifest()['format']}"
+    what = f"format {modeldir.FORMAT}, terms: {', '.join(model.terms) or 'none'}"
   elif args.format == "npz":
     export.write_npz(out, model, force=args.force)
     what = f"{export.NPZ_FILE}"
@@ -60,6 +67,10 @@ def run(args: argparse.Namespace) -> int:
     labels, origin = export.tool_labels(model.tool_ids, spec)
     export.write_projector(out, model, labels, force=args.force)
     what = f"Embedding Projector TSVs; categories and names {origin}"
+  elif args.format == "hyset-pytorch":
+    convert.write_export(out, model, force=args.force, where=source)
+    what = (f"the authors' PyTorch checkpoint {convert.CHECKPOINT_FILE} (format_version 2, "
+            f"K1 = {model.k1} and K_pool = {model.k_pool} in its train_config)")
   elif args.format == "onnx":
     from hyset_jax.export_onnx import write_onnx
     write_onnx(out, model, batch=args.onnx_batch, force=args.force)

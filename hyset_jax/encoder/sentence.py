@@ -187,7 +187,8 @@ def _load_tokenizer(model_dir: pathlib.Path):
   os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
   from transformers import AutoTokenizer  # deferred: a slow import
   try:
-    return AutoTokenizer.from_pretrained(str(model_dir))
+    # trust_remote_code=False: a model directory must never run code of its own.
+    return AutoTokenizer.from_pretrained(str(model_dir), trust_remote_code=False)
   except Exception as e:  # transformers raises many types for a broken directory
     raise UserError(f"{model_dir}: cannot load the tokenizer from {', '.join(present)} "
                     f"({type(e).__name__}: {e})") from None

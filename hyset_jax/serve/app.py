@@ -10,13 +10,20 @@
 
 Errors are JSON, ``{"error": {"field": "...", "message": "..."}}``: 400 for a body that is
 not JSON, 413 for a body over ``max_body_bytes``, 422 for a value that is wrong (the field
-names it: ``query``, ``queries[3]``, ``max_size``, …), 404 for an unknown path, 500 (never a
-dead server) for anything unexpected.
+names it: ``query``, ``queries[3]``, ``max_size``, …), 404 for an unknown path, 503 for a
+request not answered within ``request_timeout_s``, 500 (never a dead server) for anything
+unexpected. An error body never holds a traceback, an exception's text or a file path: a 500
+says only "internal error" and a request id, and the details go to the server's log (stderr)
+under that id. No CORS middleware is installed, so no ``Access-Control-*`` header is sent and
+browsers keep other origins' pages from reading answers.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import logging
+import uuid
 from typing import Any
 
 from fastapi import FastAPI
@@ -26,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
 from hyset_jax.serve.batching import MicroBatcher
-from hyset_jax.serve.retriever import RANKINGS, FieldError, Retriever
+from hyset_jax.serve.retriever import RANKINGS, FieldError, Retriever, check_text
 
 log = logging.getLogger("hyset.serve")
 
@@ -65,14 +72,26 @@ class RetrieveResponse(BaseModel):
 class ErrorBody(BaseModel):
   field: str | None
   message: str
+  request_id: str | None = Field(None, description="500 only: the id the server logged the "
+                                                   "details under")
 
 
 class ErrorResponse(BaseModel):
   error: ErrorBody
 
 
-def error(status: int, field: str | None, message: str) -> JSONResponse:
-  return JSONResponse({"error": {"field": field, "message": message}}, status_code=status)
+class Json(JSONResponse):
+  """JSON with non-ASCII characters escaped: a lone surrogate (``"\\ud800"`` in a request's
+  field name or a library's description) is data to echo back, and Starlette's UTF-8 rendering
+  would fail on it (a 500) where ``\\ud800`` is valid JSON."""
+
+  def render(self, content: Any) -> bytes:
+    return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")
+                      ).encode("ascii")
+
+
+def error(status: int, field: str | None, message: str, **extra: Any) -> JSONResponse:
+  return Json({"error": {"field": field, "message": message, **extra}}, status_code=status)
 
 
 def _field(loc: tuple) -> str:
@@ -114,8 +133,13 @@ class BodyLimit:
 
 
 def create_app(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float = 5.0,
-               max_body_bytes: int = 1 << 20, max_queries: int = 256) -> FastAPI:
-  """The FastAPI app; the micro-batcher starts and drains with the app's lifespan."""
+               max_body_bytes: int = 1 << 20, max_queries: int = 256,
+               request_timeout_s: float = 30.0) -> FastAPI:
+  """The FastAPI app; the micro-batcher starts and drains with the app's lifespan.
+
+  Limits (each a ``hyset serve`` flag): ``max_body_bytes`` (413), ``max_queries`` texts per
+  request (422, field ``queries``), ``request_timeout_s`` from the body's arrival to the
+  answer (503; the request leaves the queue, so a stalled device does not pile up work)."""
   batcher = MicroBatcher(retriever.retrieve_batch, max_batch=max_batch,
                          max_wait_s=max_wait_ms / 1000)
 
@@ -125,7 +149,7 @@ def create_app(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float 
     yield
     await batcher.stop()  # after uvicorn has answered every request in flight
 
-  app = FastAPI(title="hyset", lifespan=lifespan,
+  app = FastAPI(title="hyset", lifespan=lifespan, default_response_class=Json,
                 description="Set-level tool retrieval (HYSET): the best tool set for a request.")
   app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
   app.state.batcher = batcher
@@ -147,8 +171,13 @@ def create_app(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float 
 
   @app.exception_handler(Exception)
   async def internal(request, exc: Exception):
-    log.exception("request failed")
-    return error(500, None, f"internal error: {type(exc).__name__}: {exc}")
+    # The exception's text may hold paths or data; it goes to the log only, under an id the
+    # client can quote.
+    request_id = uuid.uuid4().hex[:16]
+    log.error("request %s %s failed (request id %s)", request.method, request.url.path,
+              request_id, exc_info=exc)
+    return error(500, None, f"internal error (request id {request_id}; the details are in "
+                            f"the server's log)", request_id=request_id)
 
   @app.post("/v1/retrieve", response_model=RetrieveResponse,
             responses={400: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
@@ -160,12 +189,18 @@ def create_app(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float 
       options = retriever.options(request.max_size, request.k_pool, request.ranking)
     except FieldError as e:
       return error(422, e.field, e.message)
-    return JSONResponse({"results": await batcher.submit(texts, options)})
+    try:
+      # wait_for cancels the request's future on timeout: the batcher skips it if not yet run.
+      results = await asyncio.wait_for(batcher.submit(texts, options), request_timeout_s)
+    except asyncio.TimeoutError:
+      return error(503, None, f"the request was not answered within the server's limit of "
+                              f"{request_timeout_s:g} s (--request-timeout); retry later")
+    return Json({"results": results})
 
   @app.get("/v1/tools")
   async def tools():
     """The model's tool library, in row order."""
-    return JSONResponse({"count": retriever.num_tools, "tools": retriever.definitions})
+    return Json({"count": retriever.num_tools, "tools": retriever.definitions})
 
   @app.get("/healthz")
   async def healthz():
@@ -185,6 +220,7 @@ def _texts(request: RetrieveRequest, max_queries: int) -> list[str]:
   if request.query is not None:
     if not request.query.strip():
       raise FieldError("query", "is empty; expected the request text")
+    check_text("query", request.query)
     return [request.query]
   if not request.queries:
     raise FieldError("queries", "is empty; expected at least one request text")
@@ -194,4 +230,5 @@ def _texts(request: RetrieveRequest, max_queries: int) -> list[str]:
   for i, text in enumerate(request.queries):
     if not text.strip():
       raise FieldError(f"queries[{i}]", "is empty; expected a request text")
+    check_text(f"queries[{i}]", text)
   return list(request.queries)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hyset_jax import choices, inference
+from hyset_jax import choices, inference, terms
 from hyset_jax.data.tooltext import definition
 from hyset_jax.errors import UserError
 
@@ -46,6 +46,16 @@ class Options:
   max_size: int
   k_pool: int
   ranking: str
+
+
+def check_text(name: str, text: str) -> None:
+  """FieldError for a text that is not valid Unicode: a lone UTF-16 surrogate (JSON allows
+  ``"\\ud800"``) cannot be encoded as UTF-8, which the tokenizer needs (a 500 otherwise)."""
+  try:
+    text.encode("utf-8")
+  except UnicodeEncodeError as e:
+    raise FieldError(name, f"holds a lone UTF-16 surrogate (U+{ord(text[e.start]):04X} at "
+                           f"character {e.start}); expected valid Unicode text") from None
 
 
 def _int(name: str, value: Any) -> int:
@@ -96,11 +106,10 @@ class Retriever:
     self.definitions = definitions
     self.method = method
     self.max_batch = max_batch
-    # The manifest's ranking (hyset/2); hyset/1 directories have none.
+    # The manifest's ranking (the oldest directories have none: greedy).
     self.default_ranking = model.default_ranking
-    # A seen-set prior rules out greedy (its marginal gains are under F alone).
-    self.rankings = tuple(r for r in RANKINGS
-                          if model.params.prior is None or r != "greedy")
+    # A term may rule some rankings out (the seen-set prior: greedy).
+    self.rankings = terms.allowed_rankings(model.params)
     self.defaults = Options(model.max_set_size, model.k_pool, self.default_ranking)
     self.warm_texts = list(warm_texts)
     self.cache_dir = cache_dir
