@@ -15,10 +15,17 @@ Tool definitions (names, descriptions, schemas) come from --tools SPEC (any data
 mcp:tools.json, openai:tools.json; repeatable, later ones win), else from the training run's
 data spec. Concurrent requests are micro-batched (--max-batch, --max-wait-ms). SIGTERM or
 Ctrl-C stops accepting connections, answers the requests in flight, then exits.
+
+Security: the server listens on 127.0.0.1 unless --host says otherwise (another address is
+warned about on stderr: the API has no authentication); bodies over --max-body-bytes get 413,
+requests with more than --max-queries texts 422, requests not answered within
+--request-timeout 503; no CORS headers are sent; error bodies hold no traceback or path.
 """
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import math
 import socket
 import sys
 
@@ -34,7 +41,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--tools", action="append", default=[], metavar="SPEC",
                  help="library with the tools' definitions (repeatable; default: the training "
                       "run's data spec)")
-  p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+  p.add_argument("--host", default="127.0.0.1",
+                 help="address to listen on (default 127.0.0.1: this machine only; any other "
+                      "address is warned about, the API has no authentication)")
   p.add_argument("--port", type=int_at_least(0), default=8080, help="port (default 8080)")
   p.add_argument("--mcp", choices=("stdio", "http"),
                  help="run an MCP server (stdio, or streamable HTTP at /mcp) instead of the API")
@@ -45,7 +54,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--max-body-bytes", type=int_at_least(1), default=1 << 20,
                  help="largest request body (default 1 MiB; larger gets 413)")
   p.add_argument("--max-queries", type=int_at_least(1), default=256,
-                 help="most queries in one request (default 256)")
+                 help="most queries in one request (default 256; more gets 422)")
+  p.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
+                 help="longest a request may wait for its answer, queueing included (default "
+                      "30; later gets 503)")
   p.add_argument("--method", choices=choices.METHOD_CHOICES, default=choices.DEFAULT_METHOD,
                  help="subset-enumeration implementation (default auto: the native CPU kernel "
                       "where it can run, else gather)")
@@ -69,11 +81,33 @@ def check_port(host: str, port: int) -> None:
                     ) from None
 
 
+def is_loopback(host: str) -> bool:
+  """Whether ``host`` is an address only this machine can reach (127.0.0.0/8, ::1, localhost)."""
+  if host.strip().lower() == "localhost":
+    return True
+  try:
+    return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+  except ValueError:  # a host name: it may resolve to anything
+    return False
+
+
+def warn_if_exposed(host: str) -> None:
+  """A warning on stderr when the server will be reachable from other machines."""
+  if not is_loopback(host):
+    print(f"warning: listening on {host}, not a loopback address: other machines can reach "
+          f"this server, and it has no authentication; put it behind a proxy that checks "
+          f"clients, or use --host 127.0.0.1", file=sys.stderr)
+
+
 def run(args: argparse.Namespace) -> int:
-  if args.max_wait_ms < 0:
-    raise UserError(f"--max-wait-ms must be ≥ 0, got {args.max_wait_ms}")
+  if not 0 <= args.max_wait_ms < math.inf:  # written so that nan is refused too
+    raise UserError(f"--max-wait-ms must be ≥ 0 and finite, got {args.max_wait_ms}")
+  if not 0 < args.request_timeout < math.inf:
+    raise UserError(f"--request-timeout must be > 0 seconds and finite, got "
+                    f"{args.request_timeout}")
   if args.mcp != "stdio":
     check_port(args.host, args.port)
+    warn_if_exposed(args.host)
   from hyset_jax.serve.retriever import load_retriever
   retriever = load_retriever(args.model, args.tools, method=args.method,
                              max_batch=args.max_batch)
@@ -83,13 +117,15 @@ def run(args: argparse.Namespace) -> int:
   if args.mcp:
     from hyset_jax.serve.mcp_server import run_mcp
     run_mcp(retriever, transport=args.mcp, host=args.host, port=args.port,
-            max_batch=args.max_batch, max_wait_ms=args.max_wait_ms)
+            max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
+            request_timeout_s=args.request_timeout)
     return 0
   import uvicorn
 
   from hyset_jax.serve.app import create_app
   app = create_app(retriever, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-                   max_body_bytes=args.max_body_bytes, max_queries=args.max_queries)
+                   max_body_bytes=args.max_body_bytes, max_queries=args.max_queries,
+                   request_timeout_s=args.request_timeout)
   config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
                           timeout_graceful_shutdown=args.shutdown_timeout)
   uvicorn.Server(config).run()

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import Any, Iterator
 
 from hyset_jax.errors import UserError
 
 _BOM = "\ufeff"
+# A JSON escape of a UTF-16 surrogate; only a file holding one can decode to a lone surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def require_file(path: str | os.PathLike, what: str) -> str:
@@ -55,10 +58,56 @@ def iter_lines(path: str) -> Iterator[tuple[int, str]]:
   Lines are split on ``\\n`` only: ``str.splitlines`` would also split on
   U+2028 and friends, which JSON allows unescaped inside strings.
   """
-  for number, line in enumerate(read_text(path).split("\n"), start=1):
+  yield from _lines(read_text(path))
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+  for number, line in enumerate(text.split("\n"), start=1):
     line = line.rstrip("\r")
     if line.strip():
       yield number, line
+
+
+def loads(text: str, where: str, expected: str, *, at_end: bool = True,
+          line: int | None = None) -> Any:
+  """``json.loads`` whose every failure is a UserError naming ``where`` (a file; ``line``: the
+  line ``text`` is, for JSON lines): malformed JSON (with
+  line and column), an integer over Python's 4300-digit limit and nesting too deep to parse
+  (both ValueError / RecursionError from the json module), and a lone UTF-16 surrogate
+  (``"\\ud800"``), valid JSON but not text: encoding it as UTF-8, which the encoder's
+  tokenizer and every output file do, would fail far from the file at fault."""
+  loc = where if line is None else f"{where}:{line}"
+  try:
+    obj = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise _json_error(where, e.lineno if line is None else line, e, expected,
+                      at_end=at_end) from None
+  except ValueError as e:  # "Exceeds the limit (4300 digits) for integer string conversion"
+    raise UserError(f"{loc}: {str(e).split(';')[0]}; expected {expected}") from None
+  except RecursionError:
+    raise UserError(f"{loc}: JSON nested too deeply to read; expected {expected}") from None
+  if _SURROGATE_ESCAPE.search(text):
+    check_unicode(obj, loc)
+  return obj
+
+
+def check_unicode(obj: Any, where: str) -> None:
+  """UserError for a lone surrogate in any string (key or value) of a parsed JSON value."""
+  stack = [obj]
+  while stack:  # iterative: the value may be nested as deep as the parser allowed
+    item = stack.pop()
+    if isinstance(item, dict):
+      stack.extend(item.keys())
+      stack.extend(item.values())
+    elif isinstance(item, list):
+      stack.extend(item)
+    elif isinstance(item, str):
+      try:
+        item.encode("utf-8")
+      except UnicodeEncodeError as e:
+        raise UserError(f"{where}: a string holds a lone UTF-16 surrogate "
+                        f"(\\u{ord(item[e.start]):04x}, in {item[:40]!r}); expected valid "
+                        f"Unicode text (surrogates only in pairs)") from None
 
 
 def _json_error(path: str, line: int, e: json.JSONDecodeError, expected: str,
@@ -75,11 +124,8 @@ def read_jsonl(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
   """Yields ``(line_number, object)`` for each line of a JSON-lines file."""
   lines = list(iter_lines(path))
   for i, (number, line) in enumerate(lines):
-    try:
-      obj = json.loads(line)
-    except json.JSONDecodeError as e:
-      raise _json_error(path, number, e, "one JSON object per line",
-                        at_end=i == len(lines) - 1) from None
+    obj = loads(line, path, "one JSON object per line",
+                at_end=i == len(lines) - 1, line=number)
     if not isinstance(obj, dict):
       raise UserError(
           f"{path}:{number}: expected a JSON object, found {type(obj).__name__}")
@@ -88,11 +134,7 @@ def read_jsonl(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def read_json(path: str) -> Any:
   """Parses a whole-file JSON document, reporting errors by line and column."""
-  text = read_text(path)
-  try:
-    return json.loads(text)
-  except json.JSONDecodeError as e:
-    raise _json_error(path, e.lineno, e, "a JSON document", at_end=True) from None
+  return loads(read_text(path), path, "a JSON document")
 
 
 def read_tsv(path: str, header: tuple[str, ...]) -> Iterator[tuple[int, list[str]]]:

@@ -266,6 +266,8 @@ def render_api(api: dict[str, Any], where: str = "api") -> str:
 
   return (f"category_name:{api.get('category_name') or ''}, "
           f"tool_name:{api['tool_name']}, api_name:{api['api_name']}, "
-          f"api_description:{(api.get('api_description') or '').strip()}, "
+          # str(): a non-string description (a number in a hand-edited file) is text too, as
+          # category_name is; .strip() on it would raise AttributeError.
+          f"api_description:{str(api.get('api_description') or '').strip()}, "
           f"required_params: {params('required_parameters')}, "
           f"optional_params: {params('optional_parameters')}")

@@ -88,9 +88,11 @@ def _documentation(obj: dict[str, Any], where: str) -> dict[str, Any] | str:
   if isinstance(doc, str):
     try:
       parsed = json.loads(doc)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON (or a 4300-digit int): plain text
       parsed = None
-    doc = parsed if isinstance(parsed, dict) else doc
+    if isinstance(parsed, dict):
+      files.check_unicode(parsed, f"{where}: field {key!r}")  # "\\ud800" inside the string
+      doc = parsed
   return doc
 
 
@@ -140,8 +142,9 @@ def _labels(obj: dict[str, Any], where: str) -> list[Any]:
   if isinstance(labels, str):
     try:
       labels = json.loads(labels)
-    except json.JSONDecodeError as e:
-      raise UserError(f"{where}: field 'labels' is a string but not JSON ({e.msg}); expected "
+    except (ValueError, RecursionError) as e:  # also a 4300-digit int, or nesting too deep
+      msg = getattr(e, "msg", None) or str(e).split(";")[0] or "nested too deeply"
+      raise UserError(f"{where}: field 'labels' is a string but not JSON ({msg}); expected "
                       f"a list of {{\"id\", \"relevance\"}}") from None
     if not isinstance(labels, list):
       raise UserError(f"{where}: field 'labels' should hold a list, found "

@@ -1,0 +1,90 @@
+"""The long fuzzing run: the targets of tests/test_fuzz.py, for N minutes instead of a bound.
+
+  python -m benchmarks.fuzz --minutes 3 [--json benchmarks/results/fuzz.json] [--targets a,b]
+
+Each target gets an equal share of the time and runs in rounds of Hypothesis examples (random,
+not derandomized: every round draws new cases) until its share is spent. Printed and written as
+JSON per target: cases tried, outcomes (``ok``, ``user_error``, ``http_422``, …) and failures
+(the falsifying example and its error, shrunk by Hypothesis). A failure is a bug: a traceback
+other than UserError, a 5xx, or a wrong answer.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import pathlib
+import platform
+import sys
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--minutes", type=float, required=True, help="total time, split over targets")
+  p.add_argument("--json", help="also write the results here")
+  p.add_argument("--targets", help="comma-separated subset (default: all)")
+  p.add_argument("--round", type=int, default=200, help="examples per Hypothesis round")
+  args = p.parse_args(argv)
+
+  # The MCP SDK logs every request at INFO; the results are the counts printed below.
+  logging.disable(logging.WARNING)
+  sys.path.insert(0, str(REPO / "tests"))
+  from hypothesis import HealthCheck, given, settings
+  import test_fuzz
+
+  names = args.targets.split(",") if args.targets else list(test_fuzz.TARGETS)
+  share = args.minutes * 60 / len(names)
+  report = {"minutes": args.minutes, "machine": f"{platform.machine()}, "
+            f"{platform.python_implementation()} {platform.python_version()}",
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "targets": {}}
+  for name in names:
+    target = test_fuzz.TARGETS[name]
+    fixture = target.fixture() if target.fixture else None
+    check = fixture.check if fixture else target.check
+    outcomes: collections.Counter = collections.Counter()
+    failures: list[dict] = []
+    start = time.monotonic()
+
+    def counted(case):
+      outcomes[check(case)] += 1
+
+    @settings(max_examples=args.round, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
+    @given(target.strategy)
+    def run(case):
+      counted(case)
+
+    try:
+      while time.monotonic() - start < share:
+        tried = sum(outcomes.values())
+        try:
+          run()
+        except Exception as e:  # noqa: BLE001 - a failure found: record it, keep fuzzing
+          failures.append({"error": f"{type(e).__name__}: {str(e)[:2000]}"})
+        if sum(outcomes.values()) == tried:
+          break  # Hypothesis ran out of distinct cases
+    finally:
+      if fixture:
+        fixture.close()
+    cases = sum(outcomes.values())
+    report["targets"][name] = {"cases": cases, "failures": len(failures),
+                               "outcomes": dict(outcomes), "seconds":
+                               round(time.monotonic() - start, 1), "failed": failures}
+    print(f"{name:12s} {cases:7d} cases  {len(failures)} failures  {dict(outcomes)}",
+          flush=True)
+  total = sum(t["cases"] for t in report["targets"].values())
+  bad = sum(t["failures"] for t in report["targets"].values())
+  report["total_cases"], report["total_failures"] = total, bad
+  print(f"total        {total:7d} cases  {bad} failures")
+  if args.json:
+    pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+  return 1 if bad else 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
