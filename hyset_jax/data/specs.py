@@ -6,6 +6,10 @@
                        ToolBench release root (``data/`` with the six official test sets)
 ``bfcl`` / ``bfcl:PATH``  the data shipped in ``bfcl-eval`` (or a folder laid out like it)
 ``toolret:PATH``       ToolRet's local files (queries and tools as JSON lines)
+``ultratool:PATH``     UltraTool as GNN4TaskPlan laid it out (data.json, split_ids.json,
+                       tool_desc.json); splits train, test
+``seal:PATH``          Seal-Tools (tool.jsonl plus dev / test_in_domain / test_out_domain.jsonl
+                       as splits train, test, test_out; any of the three may be absent)
 ``mcp:FILE.json``      an MCP ``tools/list`` result (a tool library, no queries)
 ``openai:FILE.json``   OpenAI function tools (a tool library, no queries)
 ``tfds:DIR``           what ``hyset data prepare`` wrote (read back with tfds.data_source)
@@ -58,6 +62,16 @@ def _load_toolret(path: str | None) -> Dataset:
   return load_toolret(path)
 
 
+def _load_ultratool(path: str | None) -> Dataset:
+  from hyset_jax.data.ultratool import load_ultratool
+  return load_ultratool(path)
+
+
+def _load_seal(path: str | None) -> Dataset:
+  from hyset_jax.data.seal import load_seal
+  return load_seal(path)
+
+
 def _load_mcp(path: str | None) -> Dataset:
   from hyset_jax.data.schemas import load_mcp
   return load_mcp(path)
@@ -79,6 +93,8 @@ SCHEMES: dict[str, tuple[Callable[[str | None], Dataset], bool, str]] = {
     "toolbench": (_load_toolbench, True, "toolbench:PATH"),
     "bfcl": (_load_bfcl, False, "bfcl[:PATH]"),
     "toolret": (_load_toolret, True, "toolret:PATH"),
+    "ultratool": (_load_ultratool, True, "ultratool:PATH"),
+    "seal": (_load_seal, True, "seal:PATH"),
     "mcp": (_load_mcp, True, "mcp:FILE.json"),
     "openai": (_load_openai, True, "openai:FILE.json"),
     "tfds": (_load_tfds, True, "tfds:DIR"),
