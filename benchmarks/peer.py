@@ -1,0 +1,385 @@
+"""The HYSET authors' PyTorch implementation beside this one: the same answers, and the speed.
+
+  python -m benchmarks.peer --peer DIR [--quick] [--queries 20]
+
+DIR is a checkout of the authors' repository (GitHub stormwther18/HYSET).
+
+For each model — two small random ones (200 tools, d = 32; in the second, best sets of every
+size) and, without ``--quick``, a random one at the paper's scale (13,860 tools, d = 768); all
+K1 = 15, K_pool = 20, M = 5 — it:
+
+1. writes the model directory and exports it with ``hyset export --format hyset-pytorch``;
+2. runs the authors' scorer on that checkpoint and the query embeddings, one query at a time
+   (``benchmarks/peer_torch.py`` in the peer's environment, importing their
+   ``src/hyset_model.py`` from ``--peer`` at run time);
+3. runs ours, ``inference.predict_batched(..., ranking="greedy")`` — what
+   ``hyset predict --ranking greedy`` runs — on the same parameters and queries;
+4. reports per query whether the shortlist (in order), the best set, its score (within 1e-4
+   relative, absolute below 1) and the greedy ranking of length M agree, and explains each
+   difference by the float64 scores of the two choices (a gap at float32 rounding is a tie).
+
+Timing (paper scale only): the authors' seconds per query, ours per query at batch 1 and at
+batch 64 on the prepared model (the neighbour table built once, as ``hyset predict`` does), and
+the ratios. Results: ``benchmarks/results/peer.json`` and ``.md`` (``--quick``: stdout only).
+
+The peer's environment is ``benchmarks/.venv-peer`` (``--python`` names another interpreter);
+it needs torch and numpy only::
+
+  python3 -m venv benchmarks/.venv-peer
+  benchmarks/.venv-peer/bin/pip install torch==2.13.0 numpy   # the CPU wheel; torch is ~1 GB
+
+The project's own environment never gets torch: the checkpoint is written by
+:mod:`hyset_jax.peer.torch_format` without it.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+PEER_VENV = REPO / "benchmarks" / ".venv-peer"
+RUNNER = REPO / "benchmarks" / "peer_torch.py"
+RESULTS = REPO / "benchmarks" / "results"
+SMALL = {"name": "small", "n_tools": 200, "dim": 32, "k1": 15, "k_pool": 20, "max_size": 5}
+# The same, with pair terms that make best sets of every size 1..5 (the other two: always 5).
+SMALL_MIXED = {**SMALL, "name": "small-mixed", "pair_scale": 0.15, "pair_decay": 1.0}
+PAPER = {"name": "paper", "n_tools": 13_860, "dim": 768, "k1": 15, "k_pool": 20, "max_size": 5}
+SCORE_RTOL = 1e-4
+TIE_RTOL = 1e-5   # two choices whose float64 scores are this close are a float32 tie
+SPEED_BATCH = 64
+
+
+# --------------------------------------------------------------------------- models
+
+def random_model(n_tools: int, dim: int, k1: int, k_pool: int, max_size: int, seed: int = 0,
+                 pair_scale: float = 0.3, pair_decay: float = 0.0):
+  """A random model of the paper's configuration (d_z = d_r = dim, no extra terms): unit rows
+  Z, P with unit-scale logits, symmetric M_m whose pair terms z_aᵀ M_m z_b have standard
+  deviation pair_scale / (m − 1)^pair_decay. At 0.3 and decay 0 (the paper-scale run) the
+  best set always has M tools; 0.15 and decay 1 give best sets of every size."""
+  from hyset_jax.modeldir import ModelDir
+  from hyset_jax.scoring import HysetParams
+  rng = np.random.default_rng(seed)
+  z = rng.standard_normal((n_tools, dim)).astype(np.float32)
+  z /= np.linalg.norm(z, axis=1, keepdims=True)
+  p = (rng.standard_normal((dim, dim)) / np.sqrt(dim)).astype(np.float32)
+  ms = []
+  for m in range(2, max_size + 1):
+    # z_aᵀ A z_b ~ N(0, scale²) for unit z and a standard normal A.
+    a = rng.standard_normal((dim, dim)).astype(np.float32) * np.float32(
+        pair_scale / (m - 1) ** pair_decay)
+    ms.append((0.5 * (a + a.T)).astype(np.float32))
+  params = HysetParams(z, p, np.stack(ms))
+  ids = tuple(f"tool_{i}" for i in range(n_tools))
+  return ModelDir(params, ids, max_size, k1, k_pool, None, ranking="greedy")
+
+
+def random_queries(n: int, dim: int, seed: int = 1) -> np.ndarray:
+  """Query embeddings: unit-variance entries, so ℓ is of unit scale against P's rows."""
+  return np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- the two sides
+
+def peer_python(explicit: str | None = None) -> pathlib.Path | None:
+  """The peer environment's interpreter, if it exists and has torch; else None."""
+  python = pathlib.Path(explicit) if explicit else PEER_VENV / "bin" / "python"
+  if not python.is_file():
+    return None
+  ok = subprocess.run([str(python), "-c", "import torch, numpy"], capture_output=True)
+  return python if ok.returncode == 0 else None
+
+
+def export_checkpoint(model, work: pathlib.Path) -> pathlib.Path:
+  """``hyset export --format hyset-pytorch`` of ``model``: the path of its best.pt."""
+  from hyset_jax import cli
+  from hyset_jax.modeldir import save_model_dir
+  save_model_dir(work / "model", model)
+  rc = cli.main(["export", "--workdir", str(work / "model"), "--out", str(work / "export"),
+                 "--format", "hyset-pytorch"])
+  if rc != 0:
+    raise RuntimeError(f"hyset export --format hyset-pytorch failed (exit {rc})")
+  return work / "export" / "best.pt"
+
+
+def run_peer(python: pathlib.Path, peer: pathlib.Path, ckpt: pathlib.Path,
+             queries: np.ndarray, k1: int, k_pool: int, work: pathlib.Path) -> dict:
+  """The authors' scorer on ``ckpt``: peer_torch.py's JSON."""
+  qpath, out = work / "peer_queries.npy", work / "peer_out.json"
+  np.save(qpath, queries)
+  cmd = [str(python), str(RUNNER), "--peer", str(peer), "--checkpoint", str(ckpt),
+         "--queries", str(qpath), "--k1", str(k1), "--k-pool", str(k_pool), "--out", str(out)]
+  done = subprocess.run(cmd, capture_output=True, text=True)
+  if done.returncode != 0:
+    raise RuntimeError(f"the authors' scorer failed:\n{done.stderr[-3000:]}")
+  return json.loads(out.read_text(encoding="utf-8"))
+
+
+def run_ours(model, queries: np.ndarray, batch_size: int = 64, prepared=None):
+  """``hyset predict --ranking greedy``'s library call: Prediction of NumPy arrays."""
+  from hyset_jax import inference
+  return inference.predict_batched(
+      prepared if prepared is not None else model.params, queries, k1=model.k1,
+      k_pool=model.k_pool, max_size=model.max_set_size, batch_size=batch_size,
+      ranking="greedy")
+
+
+# --------------------------------------------------------------------------- agreement
+
+def _f64(model):
+  p = model.params
+  return (np.asarray(p.tool_embeddings, np.float64), np.asarray(p.projection, np.float64),
+          np.asarray(p.interactions, np.float64))
+
+
+def set_score64(model, query: np.ndarray, members) -> float:
+  """F(x, E) in float64 (the arbiter of near-ties)."""
+  z, p, ms = _f64(model)
+  e = sorted(int(t) for t in members)
+  logits = z[e] @ p.T @ query.astype(np.float64)
+  w = np.exp(logits - logits.max())
+  f = float((w / w.sum()) @ logits)
+  if len(e) >= 2:
+    g = z[e] @ ms[len(e) - 2] @ z[e].T
+    f += float(np.triu(g, 1).sum())
+  return f
+
+
+def _expansion64(model, query: np.ndarray, s0) -> tuple[np.ndarray, np.ndarray]:
+  """ℓ and g over every tool in float64, g for the given S0."""
+  z, p, ms = _f64(model)
+  logits = z @ p.T @ query.astype(np.float64)
+  g = (z @ ms[model.max_set_size - 2] @ z[list(s0)].T).max(axis=1)
+  return logits, g
+
+
+def _explain(model, query, ours: dict, theirs: dict) -> list[str]:
+  """Why two answers for one query differ: float64 scores of both choices, tie or not."""
+  notes = []
+  k1 = model.k1
+  if ours["shortlist"] != theirs["shortlist"]:
+    logits, g = _expansion64(model, query, theirs["shortlist"][:k1])
+    a, b = ours["shortlist"], theirs["shortlist"]
+    i = next(j for j in range(len(a)) if a[j] != b[j])
+    key = logits if i < k1 else g
+    gap = abs(key[a[i]] - key[b[i]]) / max(1e-12, abs(key[b[i]]))
+    notes.append(f"shortlist differs at position {i} ({'ℓ' if i < k1 else 'g'}: tool {a[i]} "
+                 f"{key[a[i]]:.9g} vs {b[i]} {key[b[i]]:.9g}, rel gap {gap:.2g}: "
+                 f"{'a float32 tie' if gap < TIE_RTOL else 'NOT a tie'})")
+  if set(ours["set"]) != set(theirs["set"]):
+    fa, fb = set_score64(model, query, ours["set"]), set_score64(model, query, theirs["set"])
+    gap = abs(fa - fb) / max(1.0, abs(fb))
+    notes.append(f"best set differs: ours F64 = {fa:.9g}, theirs {fb:.9g}, rel gap {gap:.2g}: "
+                 f"{'a float32 tie' if gap < TIE_RTOL else 'NOT a tie'}")
+  if ours["ranking"] != theirs["ranking"]:
+    a, b = ours["ranking"], theirs["ranking"]
+    i = next(j for j in range(len(a)) if a[j] != b[j])
+    fa = set_score64(model, query, a[:i + 1])
+    fb = set_score64(model, query, b[:i] + [b[i]])
+    gap = abs(fa - fb) / max(1.0, abs(fb))
+    tie = "a float32 tie" if gap < TIE_RTOL else "NOT a tie"
+    notes.append(f"greedy ranking differs at step {i + 1}: ours F64 = {fa:.9g}, theirs "
+                 f"{fb:.9g}, rel gap {gap:.2g}: {tie}")
+  return notes
+
+
+def compare(model, queries: np.ndarray, pred, peer_doc: dict) -> dict:
+  """Per-query agreement of our Prediction with the authors' outputs, and the counts."""
+  m = model.max_set_size
+  rows, counts = [], {"shortlist": 0, "set": 0, "score": 0, "ranking": 0, "all": 0}
+  for q, theirs in enumerate(peer_doc["queries"]):
+    ours = {"shortlist": [int(t) for t in pred.shortlist[q]],
+            "set": [int(t) for t in pred.set_tools[q] if t >= 0],
+            "score": float(pred.set_score[q]),
+            "ranking": [int(t) for t in pred.ranking[q][:m]]}
+    same = {"shortlist": ours["shortlist"] == theirs["shortlist"],
+            "set": set(ours["set"]) == set(theirs["set"]),
+            "score": abs(ours["score"] - theirs["score"])
+            <= SCORE_RTOL * max(1.0, abs(theirs["score"])),
+            "ranking": ours["ranking"] == theirs["ranking"]}
+    same["all"] = all(same.values())
+    for k, v in same.items():
+      counts[k] += int(v)
+    row = {"query": q, **same, "score_ours": ours["score"], "score_theirs": theirs["score"]}
+    if not same["all"]:
+      row["ours"], row["theirs"] = ours, {k: theirs[k] for k in ours}
+      row["why"] = _explain(model, queries[q], ours, theirs)
+    rows.append(row)
+  rel = [abs(r["score_ours"] - r["score_theirs"]) / max(1.0, abs(r["score_theirs"]))
+         for r in rows]
+  # How many best sets of each size: the enumeration is exercised beyond singletons.
+  sizes = np.bincount([len(t["set"]) for t in peer_doc["queries"]], minlength=m + 1)[1:]
+  return {"queries": len(rows), "agree": counts, "max_score_rel_diff": max(rel, default=0.0),
+          "best_set_sizes": {str(i + 1): int(c) for i, c in enumerate(sizes)}, "rows": rows}
+
+
+def agreement(config: dict, peer: pathlib.Path, python: pathlib.Path, n_queries: int,
+              work: pathlib.Path, seed: int = 0) -> dict:
+  """Build, export, run both sides and compare, for one model configuration."""
+  from hyset_jax.peer import convert, torch_format
+  model = random_model(config["n_tools"], config["dim"], config["k1"], config["k_pool"],
+                       config["max_size"], seed, config.get("pair_scale", 0.3),
+                       config.get("pair_decay", 0.0))
+  queries = random_queries(n_queries, config["dim"], seed + 1)
+  ckpt = export_checkpoint(model, work)
+  # What the authors score after their load, read back by our importer: how far it is from
+  # the parameters we score (renormalising unit rows moves them by float32 rounding only).
+  back = convert.from_payload(torch_format.read_checkpoint(ckpt), ckpt).params
+  param_diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+                   for a, b in zip(back[:3], model.params[:3]))
+  peer_doc = run_peer(python, peer, ckpt, queries, model.k1, model.k_pool, work)
+  pred = run_ours(model, queries)
+  result = compare(model, queries, pred, peer_doc)
+  result.update(model={k: v for k, v in config.items()}, param_max_abs_diff=param_diff,
+                torch=peer_doc["torch"], peer_threads=peer_doc["threads"])
+  return result, model, queries, peer_doc
+
+
+# --------------------------------------------------------------------------- speed
+
+def speed(model, peer_doc: dict, n_batch1: int, seed: int = 7) -> dict:
+  """Seconds per query: the authors' (from their run), ours at batch 1 and batch 64."""
+  import jax
+  from hyset_jax import inference
+  t0 = time.perf_counter()
+  prepared = inference.prepare(model.params, max_size=model.max_set_size, k_pool=model.k_pool)
+  jax.block_until_ready(prepared)
+  prepare_s = time.perf_counter() - t0
+  queries = random_queries(max(SPEED_BATCH, n_batch1), model.params.projection.shape[0], seed)
+  out = {"prepare_s": prepare_s}
+  for batch, n in ((1, n_batch1), (SPEED_BATCH, SPEED_BATCH)):
+    run_ours(model, queries[:batch], batch, prepared)             # compile, warm up
+    reps = 3 if batch > 1 else 1
+    t0 = time.perf_counter()
+    for _ in range(reps):
+      run_ours(model, queries[:n], batch, prepared)
+    out[f"ours_batch{batch}_s_per_query"] = (time.perf_counter() - t0) / (reps * n)
+  theirs = [r["seconds"] for r in peer_doc["queries"]]
+  # Their first query pays one-off costs (allocator, kernels): report the median and the mean.
+  out["theirs_s_per_query_median"] = float(np.median(theirs))
+  out["theirs_s_per_query_mean"] = float(np.mean(theirs))
+  out["theirs_load_s"] = peer_doc["load_s"]
+  for batch in (1, SPEED_BATCH):
+    out[f"ratio_batch{batch}"] = (out["theirs_s_per_query_median"]
+                                  / out[f"ours_batch{batch}_s_per_query"])
+  return out
+
+
+# --------------------------------------------------------------------------- report
+
+def summary_md(results: list[dict], timing: dict | None, meta: dict) -> str:
+  lines = ["# HYSET: the authors' PyTorch scorer beside hyset-jax", "",
+           f"`{meta['command']}` — {meta['date']}, {meta['machine']}; torch {meta['torch']} "
+           f"(CPU, {meta['peer_threads']} threads), JAX {meta['jax']}.", "",
+           "Random models of the paper's configuration (K1 = 15, K_pool = 20, M = 5), exported "
+           "with `hyset export --format hyset-pytorch` and scored by the authors' "
+           "`HYSETScorer.retrieve_from_embedding` and by `hyset predict --ranking greedy`'s "
+           "`inference.predict_batched`. Score: within 1e-4 relative (absolute below 1).", "",
+           "| model | tools | d | queries | shortlist | best set | score | greedy ranking | "
+           "max score rel. diff | best-set sizes (size:queries) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+  for r in results:
+    a, n = r["agree"], r["queries"]
+    lines.append(f"| {r['model']['name']} | {r['model']['n_tools']:,} | {r['model']['dim']} | "
+                 f"{n} | {a['shortlist']}/{n} | {a['set']}/{n} | {a['score']}/{n} | "
+                 f"{a['ranking']}/{n} | {r['max_score_rel_diff']:.2g} | "
+                 f"{' '.join(f'{k}:{v}' for k, v in r['best_set_sizes'].items())} |")
+  notes = [w for r in results for row in r["rows"] for w in row.get("why", [])]
+  if notes:
+    lines += ["", "Differences:", ""] + [f"- {w}" for w in notes]
+  if timing:
+    t = timing
+    lines += ["", "## Inference per query, paper scale (13,860 tools, d = 768)", "",
+              "| | seconds per query | queries per second | ratio to the authors' |",
+              "|---|---|---|---|",
+              f"| authors' code, one query at a time (median of {t['theirs_queries']}) | "
+              f"{t['theirs_s_per_query_median']:.4g} | {1 / t['theirs_s_per_query_median']:.3g}"
+              f" | 1 |",
+              f"| hyset-jax, batch 1 ({t['ours_batch1_queries']} queries) | "
+              f"{t['ours_batch1_s_per_query']:.4g} | {1 / t['ours_batch1_s_per_query']:.3g} | "
+              f"{t['ratio_batch1']:.3g}× |",
+              f"| hyset-jax, batch {SPEED_BATCH} | {t['ours_batch64_s_per_query']:.4g} | "
+              f"{1 / t['ours_batch64_s_per_query']:.3g} | {t['ratio_batch64']:.3g}× |", "",
+              f"Once per model: the authors' checkpoint load {t['theirs_load_s']:.3g} s; ours "
+              f"`inference.prepare` (Z Pᵀ, Z M_m and the expansion's neighbour table) "
+              f"{t['prepare_s']:.3g} s, not in the per-query times. The authors' mean per "
+              f"query, first query included: {t['theirs_s_per_query_mean']:.4g} s."]
+  return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+  p = argparse.ArgumentParser(description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--peer", required=True, help="a checkout of the authors' repository")
+  p.add_argument("--python", help="the peer environment's interpreter (default "
+                                  "benchmarks/.venv-peer/bin/python)")
+  p.add_argument("--quick", action="store_true",
+                 help="the small model only, no timing, nothing written")
+  p.add_argument("--queries", type=int, default=20,
+                 help="queries for the paper-scale model (the authors' code is slow)")
+  p.add_argument("--small-queries", type=int, default=64, help="queries for the small models")
+  p.add_argument("--out", default=str(RESULTS / "peer"),
+                 help="results without suffix: <out>.json and <out>.md")
+  p.add_argument("--force", action="store_true", help="overwrite existing results")
+  args = p.parse_args(argv)
+
+  from hyset_jax import io_utils
+  from hyset_jax.errors import UserError
+  peer = pathlib.Path(args.peer)
+  if not (peer / "src" / "hyset_model.py").is_file():
+    raise SystemExit(f"error: {peer} has no src/hyset_model.py; --peer takes a checkout of the "
+                     f"authors' repository")
+  python = peer_python(args.python)
+  if python is None:
+    raise SystemExit("error: no peer environment with torch; create it (see python -m "
+                     "benchmarks.peer --help) or pass --python")
+  outs = ()
+  if not args.quick:
+    try:
+      outs = tuple(io_utils.output_file(f"{args.out}{s}", args.force) for s in (".json", ".md"))
+    except UserError as e:
+      raise SystemExit(f"error: {e}") from None
+  configs = [(SMALL, args.small_queries), (SMALL_MIXED, args.small_queries)] + (
+      [] if args.quick else [(PAPER, args.queries)])
+  results, timing = [], None
+  for config, n in configs:
+    with tempfile.TemporaryDirectory(prefix=f"peer-{config['name']}-") as tmp:
+      print(f"{config['name']}: {config['n_tools']} tools, d = {config['dim']}, {n} queries",
+            file=sys.stderr, flush=True)
+      result, model, _, peer_doc = agreement(config, peer, python, n, pathlib.Path(tmp))
+      results.append(result)
+      if config is PAPER:
+        timing = speed(model, peer_doc, n_batch1=n)
+        timing.update(theirs_queries=n, ours_batch1_queries=n)
+  import jax
+  # The peer's path is the user's own checkout: recorded as DIR, never as a path here.
+  words = [("DIR" if w == args.peer else w) for w in (argv if argv is not None else sys.argv[1:])]
+  meta = {"command": "python -m benchmarks.peer " + " ".join(words),
+          "date": datetime.date.today().isoformat(),
+          "machine": f"{os.cpu_count()}-core CPU ({platform.machine()}, {platform.system()})",
+          "torch": results[0]["torch"], "peer_threads": results[0]["peer_threads"],
+          "jax": jax.__version__}
+  md = summary_md(results, timing, meta)
+  print(md)
+  if outs:
+    doc = {"meta": meta, "agreement": results, "timing": timing}
+    with io_utils.atomic_write(outs[0]) as f:
+      f.write(json.dumps(doc, indent=1) + "\n")
+    with io_utils.atomic_write(outs[1]) as f:
+      f.write(md)
+  ok = all(r["agree"]["all"] == r["queries"] for r in results)
+  return 0 if ok else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())
