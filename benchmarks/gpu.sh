@@ -1,68 +1,124 @@
 #!/usr/bin/env bash
 # The speed suite on a GPU, in one prepared script.
 #
-#   benchmarks/gpu.sh OUT_DIR            # ~15 min on one GPU
+#   benchmarks/gpu.sh OUT_DIR               # ~15 min on one GPU
+#   benchmarks/gpu.sh --cpu-smoke OUT_DIR   # seconds on a CPU: the same steps at toy sizes
 #
 # Installs jax[cuda12] and this repository into its own virtual environment ($HYSET_GPU_VENV,
 # default .venv-gpu beside the repository; the project's own environment is not touched), checks
 # that JAX sees a GPU, then writes under OUT_DIR:
-#   enumerate_<impl>_<output>_b<batch>.json  every JAX method, both outputs (best, scores)
+#   enumerate_<impl>_<output>_b<batch>.json  every JAX method, the Pallas kernel included, both
+#                                            outputs (best, scores)
 #   e2e_b<batch>.json                        N = 13,860, d = 768: prepared path vs a dense pass
 #   suite/speed.{md,json,png}                the full suite (sweeps, library size, training step)
 #   summary.md                               one table of the above
 # The GPU goal (issue 13): ≥ 10⁶ queries/s best-set at K_pool = 20, M = 5.
+#
+# --cpu-smoke runs every step of the script with the project's Python ($HYSET_PYTHON, default
+# .venv/bin/python; nothing installed) on the CPU backend: the enumerate runs at K_pool = 8,
+# M = 3, batch 16, for jax-pallas only (Pallas interpret mode; each run is a fresh process that
+# compiles, so one implementation keeps it short) and checks the other implementation names;
+# e2e at N = 300, d = 16 with --method pallas; the suite's arguments
+# parsed but the suite not run (python -m benchmarks.run_all --quick is its smoke run); then
+# the same summary.md. tests/test_gpu_script.py runs it, so the script cannot rot unnoticed.
 set -euo pipefail
-out=${1:?usage: benchmarks/gpu.sh OUT_DIR}
+smoke=0
+if [ "${1:-}" = "--cpu-smoke" ]; then
+  smoke=1
+  shift
+fi
+out=${1:?usage: benchmarks/gpu.sh [--cpu-smoke] OUT_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
-venv=${HYSET_GPU_VENV:-$root/.venv-gpu}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install -q -U pip
-"$venv/bin/pip" install -q -U "jax[cuda12]" -e "$root"
-py="$venv/bin/python"
-"$py" -c "import jax, sys; b = jax.default_backend(); print('JAX', jax.__version__, b, jax.devices()); sys.exit(b != 'gpu')" \
-  || { echo "error: JAX does not see a GPU (backend above); nothing measured" >&2; exit 2; }
+impls="jax-gather jax-colex jax-matmul jax-matmul-bf16 jax-pallas"
+suite_args=(--out "$out/suite" --skip allocator)
+if [ "$smoke" = 1 ]; then
+  py=${HYSET_PYTHON:-$root/.venv/bin/python}
+  [ -x "$py" ] || py=python3
+  export JAX_PLATFORMS=cpu
+  all_impls=$impls
+  impls="jax-pallas"
+  batches="16"
+  enum_args=(--k-pool 8 --max-size 3 --repeats 1)
+  e2e_batches="4"
+  e2e_args=(--tools 300 --dim 16 --k1 5 --k-pool 8 --max-size 3 --repeats 1 --method pallas)
+  # The implementation names the real run uses must exist (imports no JAX).
+  "$py" -c "import sys; from hyset_jax.benchmarking.runners import IMPLS
+bad = set(sys.argv[1:]) - set(IMPLS)
+sys.exit(f'unknown --impl: {sorted(bad)}' if bad else 0)" $all_impls
+  echo "JAX on the CPU backend (--cpu-smoke)"
+else
+  venv=${HYSET_GPU_VENV:-$root/.venv-gpu}
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/pip" install -q -U pip
+  "$venv/bin/pip" install -q -U "jax[cuda12]" -e "$root"
+  py="$venv/bin/python"
+  "$py" -c "import jax, sys; b = jax.default_backend(); print('JAX', jax.__version__, b, jax.devices()); sys.exit(b != 'gpu')" \
+    || { echo "error: JAX does not see a GPU (backend above); nothing measured" >&2; exit 2; }
+  batches="1024 16384"
+  enum_args=()
+  e2e_batches="1 256 4096"
+  e2e_args=(--tools 13860 --dim 768)
+fi
 
 cd "$root"
 for output in best scores; do
-  for impl in jax-gather jax-colex jax-matmul jax-matmul-bf16; do
-    for batch in 1024 16384; do
+  for impl in $impls; do
+    for batch in $batches; do
       echo "enumerate $impl $output batch $batch"
       "$py" -m hyset_jax.cli bench enumerate --impl "$impl" --output "$output" --batch "$batch" \
-        --check --json "$out/enumerate_${impl}_${output}_b${batch}.json" \
+        ${enum_args[@]+"${enum_args[@]}"} --check --force \
+        --json "$out/enumerate_${impl}_${output}_b${batch}.json" \
         || echo "  failed (recorded as missing in summary.md)"
     done
   done
 done
-for batch in 1 256 4096; do
+for batch in $e2e_batches; do
   echo "e2e batch $batch"
-  "$py" -m hyset_jax.cli bench e2e --tools 13860 --dim 768 --batch "$batch" \
+  "$py" -m hyset_jax.cli bench e2e "${e2e_args[@]}" --batch "$batch" --force \
     --json "$out/e2e_b${batch}.json" || echo "  failed"
 done
-echo "full suite"
-"$py" -m benchmarks.run_all --out "$out/suite" --skip allocator || echo "  suite failed"
+if [ "$smoke" = 1 ]; then
+  echo "full suite: arguments checked, not run (--cpu-smoke)"
+  "$py" -c "import sys; from benchmarks import run_all; run_all._parse(sys.argv[1:])" \
+    "${suite_args[@]}"
+else
+  echo "full suite"
+  "$py" -m benchmarks.run_all "${suite_args[@]}" || echo "  suite failed"
+fi
 
 "$py" - "$out" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
-lines = ["# hyset-jax on GPU", ""]
 rows = [json.loads(p.read_text()) for p in sorted(out.glob("enumerate_*.json"))]
+backend = rows[0]["machine"].get("backend", "?") if rows else "?"
+lines = [f"# hyset-jax speed ({backend} backend)", ""]
 if rows:
   lines += [f"Machine: {rows[0]['machine']}", "",
-            "| impl | output | batch | queries/s | subsets/s | compile s | max diff vs NumPy |",
-            "|---|---|---:|---:|---:|---:|---:|"]
+            "| impl | method | output | K_pool | M | batch | queries/s | subsets/s | compile s "
+            "| max diff vs NumPy |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
   for r in rows:
-    lines.append(f"| {r['impl']} | {r['output']} | {r['batch']} | {r.get('queries_per_s', 0):,.0f} "
+    if r.get("status", "ok") != "ok":
+      lines.append(f"| {r['impl']} | {r.get('method')} | {r['output']} | {r['k_pool']} "
+                   f"| {r['max_size']} | {r['batch']} | {r['status']} | | | |")
+      continue
+    lines.append(f"| {r['impl']} | {r.get('method')} | {r['output']} | {r['k_pool']} "
+                 f"| {r['max_size']} | {r['batch']} | {r.get('queries_per_s', 0):,.0f} "
                  f"| {r.get('subsets_per_s', 0):,.0f} | {r.get('compile_s') or 0:.2f} | "
                  f"{r.get('max_abs_diff_vs_numpy', float('nan')):.1e} |")
 e2e = [json.loads(p.read_text()) for p in sorted(out.glob("e2e_*.json"))]
 if e2e:
-  lines += ["", "| e2e batch | ms / query | dense ms / query | × dense |", "|---:|---:|---:|---:|"]
+  lines += ["", "| e2e batch | method | N | d | ms / query | dense ms / query | × dense |",
+            "|---:|---|---:|---:|---:|---:|---:|"]
   for r in sorted(e2e, key=lambda r: r["batch"]):
-    lines.append(f"| {r['batch']} | {r['ms_per_query']:.4f} | {r['dense_ms_per_query']:.4f} | "
-                 f"{r['ratio_to_dense']:.2f} |")
+    lines.append(f"| {r['batch']} | {r.get('method')} | {r['num_tools']} | {r['dim']} "
+                 f"| {r['ms_per_query']:.4f} | {r['dense_ms_per_query']:.4f} "
+                 f"| {r['ratio_to_dense']:.2f} |")
+suite = out / "suite" / "speed.md"
+lines += ["", f"Full suite: {suite}" if suite.exists() else "Full suite: not run"]
 (out / "summary.md").write_text("\n".join(lines) + "\n")
 print(f"wrote {out / 'summary.md'}")
 PY

@@ -6,9 +6,9 @@ validation) and its default. No JAX import here: the CLI builds ``--help`` from 
 without loading JAX, and every module that needs a list of names takes it from here.
 
 >>> ENUMERATION_METHODS
-('gather', 'colex', 'matmul', 'matmul_bf16', 'native')
+('gather', 'colex', 'matmul', 'matmul_bf16', 'native', 'pallas')
 >>> METHOD_CHOICES
-('auto', 'gather', 'colex', 'matmul', 'matmul_bf16', 'native')
+('auto', 'gather', 'colex', 'matmul', 'matmul_bf16', 'native', 'pallas')
 >>> RANKINGS
 ('greedy', 'logit', 'set-first', 'set-mean', 'set-max')
 """
@@ -18,12 +18,14 @@ from typing import Literal, get_args
 
 from hyset_jax.errors import UserError
 
-# Subset-enumeration implementations (hyset_jax.enumeration.SCORERS): four JAX forms and the
-# native CPU kernel (hyset_jax/native; XLA FFI). "auto", the default wherever a method is
-# chosen, resolves when a program is traced (enumeration.resolve_method): "native" on the CPU
-# backend when the kernel can be built there, else "gather", the fastest pure-JAX form on
-# XLA:CPU (benchmarks/README.md). Training's differentiable enumeration always uses "gather".
-EnumerationMethod = Literal["gather", "colex", "matmul", "matmul_bf16", "native"]
+# Subset-enumeration implementations (hyset_jax.enumeration.SCORERS): four JAX forms, the
+# native CPU kernel (hyset_jax/native; XLA FFI) and the Pallas kernel for GPU/TPU
+# (hyset_jax/pallas_stage2.py; interpret mode on a CPU). "auto", the default wherever a method
+# is chosen, resolves when a program is traced (enumeration.resolve_method): "native" on the
+# CPU backend when the kernel can be built there, "pallas" on GPU/TPU, else "gather", the
+# fastest pure-JAX form on XLA:CPU (benchmarks/README.md). Training's differentiable
+# enumeration always uses "gather".
+EnumerationMethod = Literal["gather", "colex", "matmul", "matmul_bf16", "native", "pallas"]
 ENUMERATION_METHODS: tuple[str, ...] = get_args(EnumerationMethod)
 MethodChoice = Literal["auto", EnumerationMethod]
 METHOD_CHOICES: tuple[str, ...] = ("auto",) + ENUMERATION_METHODS

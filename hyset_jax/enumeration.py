@@ -5,7 +5,7 @@ a size in *colex* order (ordered by the largest element, then the next largest, 
 rank of {s_1 < … < s_k} is Σ_j C(s_j, j), so the row of any subset, and of the subsets it is
 built from, is known when the table is built (docs/speed.md).
 
-Five implementations of the same function, measured against each other in ``benchmarks/``
+Six implementations of the same function, measured against each other in ``benchmarks/``
 (their names: :data:`hyset_jax.choices.ENUMERATION_METHODS`):
 
 - :func:`score_subsets_gather` — the default: gathers each subset's members and pairs from
@@ -18,10 +18,13 @@ Five implementations of the same function, measured against each other in ``benc
   (:mod:`hyset_jax.native`): a depth-first walk over the subsets with queries on the vector
   lanes and its state in L1, spread over XLA's thread pool. CPU backend only; not
   differentiable.
+- :func:`score_subsets_pallas` — a Pallas kernel for GPU/TPU (:mod:`hyset_jax.pallas_stage2`;
+  interpret mode on a CPU): the gather form's arithmetic walked on chip, the best set kept
+  there. Not differentiable.
 
 ``method="auto"`` (the default of :func:`best_subset` and :func:`score_subsets`) is resolved
 by :func:`resolve_method` when the program is traced: the native kernel where it can run, the
-gather form elsewhere.
+Pallas kernel on GPU/TPU, the gather form elsewhere.
 
 All take the per-query shortlist quantities ℓ (f32[Q, K]) and the pair matrices
 G_m = Z_S M_m Z_Sᵀ (f32[Q, M−1, K, K]) and return :class:`SubsetScores`; each is jitted (the
@@ -51,8 +54,8 @@ why this form on XLA:CPU).
 
 Tie-breaking: :func:`best_sets` and :func:`best_subset` take the first maximum in table order, i.e. the smallest set
 wins an exact tie between sizes; within a size, ties resolve by the colex order of the positions
-each implementation reports (ascending-ℓ order for gather, colex and native, shortlist order for
-matmul). Exact ties between distinct sets need exactly equal floating-point scores.
+each implementation reports (ascending-ℓ order for gather, colex, native and pallas, shortlist
+order for matmul). Exact ties between distinct sets need exactly equal floating-point scores.
 """
 from __future__ import annotations
 
@@ -76,13 +79,20 @@ def resolve_method(method: Method, k_pool: int | None = None, max_size: int | No
                    all_scores: bool = False) -> choices.EnumerationMethod:
   """The implementation ``method`` names: ``"auto"`` is ``"native"`` where the native kernel
   can run (CPU backend, kernel built, and the shortlist of ``k_pool`` tools and sets of up to
-  ``max_size`` within its limits, when given) and :data:`choices.PORTABLE_METHOD` elsewhere;
+  ``max_size`` within its limits, when given), ``"pallas"`` on GPU/TPU (within its limits) and
+  :data:`choices.PORTABLE_METHOD` elsewhere;
   an explicit ``"native"`` that cannot run is a UserError saying why."""
   choices.check("enumeration method", method, choices.METHOD_CHOICES)
   from hyset_jax import native
   if method == "auto":
     fits = k_pool is None or native.fits(k_pool, max_size or 2, all_scores)
-    return "native" if fits and native.available() else choices.PORTABLE_METHOD
+    if fits and native.available():
+      return "native"
+    from hyset_jax import pallas_stage2
+    if (pallas_stage2.platform() != "interpret"
+        and (k_pool is None or pallas_stage2.fits(k_pool, max_size or 2))):
+      return "pallas"
+    return choices.PORTABLE_METHOD
   if method == "native":
     native.require()
   return method
@@ -589,12 +599,21 @@ def score_subsets_native(logits: jax.Array, pairs: jax.Array, table: SubsetTable
   return SubsetScores(*native.subset_scores(logits, pairs, len(table)))
 
 
+def score_subsets_pallas(logits: jax.Array, pairs: jax.Array, table: SubsetTable
+                         ) -> SubsetScores:
+  """Score every subset with the Pallas kernel (:mod:`hyset_jax.pallas_stage2`; GPU/TPU,
+  interpret mode on a CPU). Args and returns as :func:`score_subsets_colex`."""
+  from hyset_jax import pallas_stage2
+  return pallas_stage2.score_subsets(logits, pairs, table)
+
+
 SCORERS = {
     "gather": score_subsets_gather,
     "colex": score_subsets_colex,
     "matmul": score_subsets_matmul,
     "matmul_bf16": score_subsets_matmul_bf16,
     "native": score_subsets_native,
+    "pallas": score_subsets_pallas,
 }
 
 
@@ -688,6 +707,9 @@ def best_subset(logits: jax.Array, pairs: jax.Array, table: SubsetTable,
   if method == "native":
     from hyset_jax import native
     best, rows, order = native.best_rows(logits, pairs)
+  elif method == "pallas":
+    from hyset_jax import pallas_stage2
+    best, rows, order = pallas_stage2.best_rows(logits, pairs, table)
   elif method in ("gather", "colex"):
     best, rows, order = map_query_chunks(
         lambda lg, pr: _best_rows_query_last(lg, pr, table, method), BEST_CHUNK, logits, pairs)
