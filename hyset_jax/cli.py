@@ -14,8 +14,8 @@ import sys
 from hyset_jax.errors import UserError
 
 # Sub-command name -> module under hyset_jax.commands.
-COMMANDS = ("predict", "encode", "data", "eval", "train", "finetune", "export", "bench", "serve",
-            "tools")
+COMMANDS = ("predict", "encode", "data", "eval", "compare", "train", "finetune", "export", "bench",
+            "serve", "tools", "import_")  # import_: `hyset import` (import is a keyword)
 
 
 def build_parser() -> argparse.ArgumentParser:

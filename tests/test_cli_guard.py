@@ -45,7 +45,7 @@ PRECIOUS = b"precious: must survive\n"
 @dataclasses.dataclass(frozen=True)
 class Row:
   """One command line. ``argv`` holds ``{IN}`` and ``{OUT}`` placeholders and ``{MODEL}``,
-  ``{Q}``, ``{BEIR}``, ``{TEXTS}``, ``{ROUTER}``, ``{REF}`` for the valid inputs."""
+  ``{Q}``, ``{BEIR}``, ``{TEXTS}``, ``{ROUTER}``, ``{REF}``, ``{CKPT}`` for the valid inputs."""
   prog: str                       # "hyset", "toolscout" or "reference"
   argv: tuple[str, ...]
   inp: str | None                 # which valid input IN stands for (None: the row has none)
@@ -61,6 +61,10 @@ class Row:
 
 
 ROWS = (
+    Row("hyset", ("import", "--from", "hyset-pytorch", "{IN}", "--tools", "beir:{BEIR}",
+                  "--out", "{OUT}"), "CKPT", "dir"),
+    Row("hyset", ("compare", "{IN}", "{IN}", "--data", "beir:{BEIR}", "--split", "test", "--out",
+                  "{OUT}"), "REF", "file"),
     Row("hyset", ("predict", "--model", "{MODEL}", "--query-embeddings", "{IN}", "--out",
                   "{OUT}"), "Q", "file"),
     Row("hyset", ("predict", "--model", "{IN}", "--query-embeddings", "{Q}", "--out", "{OUT}"),
@@ -151,6 +155,10 @@ def valid(tmp_path_factory, shared_data) -> dict[str, pathlib.Path]:
   """Valid inputs for every row, shared (read-only) by all cases."""
   root = tmp_path_factory.mktemp("valid")
   write_model_dir(root / "model")
+  # The authors' checkpoint of the same model (its func_names are the BEIR library's ids).
+  from hyset_jax.modeldir import load_model_dir
+  from hyset_jax.peer.convert import write_export
+  write_export(root / "ckpt", load_model_dir(root / "model"))
   np.save(root / "q.npy", np.random.default_rng(0).normal(size=(3, 6)).astype(np.float32))
   (root / "texts.jsonl").write_text('{"text": "get the weather"}\n')
   _write_beir(root / "beir")
@@ -159,7 +167,8 @@ def valid(tmp_path_factory, shared_data) -> dict[str, pathlib.Path]:
   assert toolscout_cli.main(["fit", "--reference", str(root / "ref.jsonl"), "--out",
                              str(root / "router")]) == 0
   return {"MODEL": root / "model", "Q": root / "q.npy", "TEXTS": root / "texts.jsonl",
-          "BEIR": root / "beir", "REF": root / "ref.jsonl", "ROUTER": root / "router"}
+          "BEIR": root / "beir", "REF": root / "ref.jsonl", "ROUTER": root / "router",
+          "CKPT": root / "ckpt" / "best.pt"}
 
 
 # --------------------------------------------------------------------------- running
