@@ -31,8 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyset_jax import (choices, enumeration, model_format, neighbors, scoring, set_prior,
-                       sharding, terms)
+from hyset_jax import (backends, choices, enumeration, model_format, neighbors, scoring,
+                       set_prior, sharding, terms)
 from hyset_jax.errors import UserError
 from hyset_jax.scoring import HysetParams
 
@@ -173,7 +173,7 @@ def set_max(logits: jax.Array, pairs: jax.Array, max_size: int) -> jax.Array:
 
 def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
                ranking: Ranking, max_size: int,
-               method: enumeration.Method = choices.PORTABLE_METHOD,
+               method: enumeration.Method | backends.Backend = choices.PORTABLE_METHOD,
                seen: set_prior.SeenSets | None = None) -> jax.Array:
   """Order the shortlist for the rank metrics (issue: paper's greedy vs alternatives).
 
@@ -207,8 +207,8 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
     best_positions: int32[Q, M] shortlist positions of Ê, padded with K.
     ranking: one of :data:`hyset_jax.choices.RANKINGS`.
     max_size: M.
-    method: resolved by :func:`enumeration.resolve_method`; ``"native"`` ranks ``greedy`` with
-      the native kernel (:func:`hyset_jax.native.greedy_ranking`, the same order).
+    method: the backend (:func:`backends.get`); its ``greedy`` kernel, when it has one, ranks
+      ``greedy`` (the native kernel: :func:`hyset_jax.native.greedy_ranking`, the same order).
     seen: with a seen-set prior, :class:`set_prior.SeenSets`: ``set-mean`` and ``set-max`` rank
       by F' = F + the prior's bonus. ``greedy`` does not support the prior.
 
@@ -238,9 +238,9 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
     if seen is not None:  # F' ≥ F: a seen set can only raise its members' best
       best = jnp.maximum(best, seen.member_best)
     return jax.lax.sort((-best, -logits, pos), dimension=1, num_keys=3)[2]
-  if enumeration.resolve_method(method, k) == "native":
-    from hyset_jax import native
-    return native.greedy_ranking(logits, pairs[:, :max_size - 1])
+  backend = backends.get(method, k, max_size)
+  if backend.greedy is not None:
+    return backend.greedy(logits, pairs[:, :max_size - 1])
   picks = greedy_ranking(logits, pairs, max_size)                        # [Q, M]
   picked = jnp.any(jax.nn.one_hot(picks, k, dtype=bool), axis=1)         # [Q, K]
   rest = _first_then_by_logit(~picked, logits)[:, :k - max_size]
@@ -274,7 +274,7 @@ class Reranked(NamedTuple):
 
 
 def _stage2(sl: Shortlist, pairs: jax.Array, *, k_pool: int, max_size: int,
-            method: enumeration.Method, rankings: tuple[Ranking, ...],
+            backend: backends.Backend, rankings: tuple[Ranking, ...],
             prior: scoring.SetPrior | None = None,
             query_emb: jax.Array | None = None) -> tuple[Reranked, ...]:
   """Stage 2 once and the shortlist ranked by each of ``rankings`` (the set fields shared).
@@ -284,7 +284,7 @@ def _stage2(sl: Shortlist, pairs: jax.Array, *, k_pool: int, max_size: int,
   (:func:`set_prior.seen_sets`).
   """
   table = enumeration.subset_table(k_pool, max_size)
-  best = enumeration.best_subset(sl.logits, pairs, table, method)
+  best = enumeration.best_subset(sl.logits, pairs, table, backend.name)
   # Members in ascending shortlist position, padding (K_pool) last.
   pos = jnp.sort(jnp.where(best.mask[:, 0], best.positions[:, 0], k_pool), axis=1)
   score, seen = best.scores[:, 0], None
@@ -298,7 +298,7 @@ def _stage2(sl: Shortlist, pairs: jax.Array, *, k_pool: int, max_size: int,
   return tuple(
       Reranked(set_tools, set_size, score,
                jnp.take_along_axis(sl.tools,
-                                   rank_tools(sl.logits, pairs, pos, r, max_size, method,
+                                   rank_tools(sl.logits, pairs, pos, r, max_size, backend,
                                               seen),
                                    axis=1).astype(jnp.int32))
       for r in rankings)
@@ -321,7 +321,8 @@ def rerank(params: HysetParams, query_emb: jax.Array, sl: Shortlist, *, k_pool: 
     Reranked.
   """
   pairs = scoring.shortlist_pairs(truncate(params, max_size), query_emb, sl.tools)
-  return _stage2(sl, pairs, k_pool=k_pool, max_size=max_size, method=method,
+  return _stage2(sl, pairs, k_pool=k_pool, max_size=max_size,
+                 backend=backends.get(method, k_pool, max_size),
                  rankings=(DEFAULT_RANKING if ranking is None else ranking,),
                  prior=params.prior, query_emb=query_emb)[0]
 
@@ -442,15 +443,15 @@ SCAN_CHUNK = 8  # queries per chunk of the expansion's full-scan fallback
 
 
 def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_pool: int,
-                       method: enumeration.Method = enumeration.DEFAULT_METHOD,
+                       method: enumeration.Method | backends.Backend = enumeration.DEFAULT_METHOD,
                        lexical: jax.Array | None = None) -> Shortlist:
   """:func:`shortlist` from a prepared model: the same tools in the same order.
 
   The neighbour table answers the expansion when it is wide enough (W ≥ K_pool − 1); a batch
   in which some query has a boundary tie (:func:`neighbors.expand`) is scanned in full for
-  those queries, so the answer is always the full scan's. ``method`` (resolved by
-  :func:`enumeration.resolve_method`) ``"native"`` reads the table with the native kernel
-  (:func:`hyset_jax.native.expand`, the same answers); any other, with JAX.
+  those queries, so the answer is always the full scan's. The backend's ``expand`` kernel
+  reads the table where it has one (native: :func:`hyset_jax.native.expand`, the same
+  answers); JAX otherwise.
   """
   logits, s0 = stage1_prepared(prep, query_emb, k1, lexical)
   n_ext = k_pool - k1
@@ -468,11 +469,8 @@ def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_poo
   if table is None or table.ids.shape[1] < k_pool - 1:
     extra = scan()
   else:
-    if enumeration.resolve_method(method, k_pool) == "native":
-      from hyset_jax import native
-      exp = neighbors.Expansion(*native.expand(table.ids, table.scores, logits, s0, n_ext))
-    else:
-      exp = neighbors.expand(table, logits, s0, n_ext)
+    expand = backends.get(method, k_pool).expand or neighbors.expand
+    exp = expand(table, logits, s0, n_ext)
     extra = jax.lax.cond(jnp.any(exp.tie),
                          lambda: jnp.where(exp.tie[:, None], scan(), exp.extra),
                          lambda: exp.extra)
@@ -484,20 +482,20 @@ PAIRS_CHUNK = 8  # queries per chunk of pair_matrices_prepared
 
 
 def pair_matrices_prepared(prep: PreparedModel, query_emb: jax.Array, tools: jax.Array,
-                           method: enumeration.Method = enumeration.DEFAULT_METHOD
-                           ) -> jax.Array:
+                           method: enumeration.Method | backends.Backend
+                           = enumeration.DEFAULT_METHOD) -> jax.Array:
   """G_m of each shortlist, f32[Q, M−1, K, K], from the precomputed Z M_m (K²·d per size).
 
   A model with the query-conditioned set term (``params.conditioned``) uses
   :func:`scoring.shortlist_pairs` instead: that term is per query, nothing to precompute.
-  ``method`` (resolved by :func:`enumeration.resolve_method`) ``"native"`` computes G_m with
-  the native kernel (:func:`hyset_jax.native.pair_matrices`: the upper triangle, mirrored).
+  The backend's ``pair_matrices`` kernel computes G_m where it has one (native:
+  :func:`hyset_jax.native.pair_matrices`, the upper triangle, mirrored); JAX otherwise.
   """
   if prep.params.conditioned is not None:
     return scoring.shortlist_pairs(prep.params, query_emb, tools)
-  if enumeration.resolve_method(method, tools.shape[1]) == "native":
-    from hyset_jax import native
-    return native.pair_matrices(prep.keyed, prep.params.tool_embeddings, tools)
+  kernel = backends.get(method, tools.shape[1]).pair_matrices
+  if kernel is not None:
+    return kernel(prep.keyed, prep.params.tool_embeddings, tools)
   def chunk(t):
     q, k = t.shape
     keyed = prep.keyed[t].reshape(q, -1, prep.keyed.shape[-1])            # [q, K·(M−1), d]
@@ -514,10 +512,11 @@ def _predict_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_pool
                       lexical: jax.Array | None) -> tuple[Prediction, ...]:
   if max_size != prep.max_size:
     raise ValueError(f"the model was prepared for max_size {prep.max_size}, not {max_size}")
-  sl = shortlist_prepared(prep, query_emb, k1, k_pool, method, lexical)
-  pairs = pair_matrices_prepared(prep, query_emb, sl.tools, method)
+  backend = backends.get(method, k_pool, max_size)  # once, for every step
+  sl = shortlist_prepared(prep, query_emb, k1, k_pool, backend, lexical)
+  pairs = pair_matrices_prepared(prep, query_emb, sl.tools, backend)
   return tuple(_prediction(sl, r) for r in _stage2(sl, pairs, k_pool=k_pool, max_size=max_size,
-                                                   method=method, rankings=rankings,
+                                                   backend=backend, rankings=rankings,
                                                    prior=prep.params.prior, query_emb=query_emb))
 
 
