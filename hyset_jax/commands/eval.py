@@ -3,24 +3,27 @@
     hyset eval --data SPEC --split NAME --method METHOD [--model DIR] [--encoder DIR] \
         [--seed N] [--limit N] --out metrics.json [--force]
 
-METHOD: bm25, dense, fusion, hyset, linear-head, mlp-head or set-classifier.
+METHOD: bm25, dense, fusion, hyset, linear-head, mlp-head, set-classifier, or one of the
+paper's set-level baselines: cardinality, mmr, facility-location, deepsets, set-transformer.
 
 Writes the metrics of docs/contracts.md (``hyset_jax.metrics.evaluate``) as JSON
 and prints a one-line summary. ``--method hyset`` without ``--model`` scores the
 untrained HYSET built from the encoder's tool embeddings (P = I, M = 0), which
 ranks exactly like ``dense``: the baseline any training must beat. ``--model``
-takes a model directory or a ``hyset train`` workdir (its best/ model).
+takes a model directory or a ``hyset train`` workdir (its best/ model); a model trained on
+another library is carried onto the data set's (hyset_jax.carry: tools it lacks get the
+tool encoder's embedding, tools the library does not list are dropped, stderr says how many).
 ``--split validation`` on a data set without one scores the validation split
 training carves out of train (same query-id hash, ``--validation-fraction``).
 The trained baselines
 (``linear-head``, ``mlp-head``, ``set-classifier``: hyset_jax.retrievers.trained) are first fit
-on the data set's train split (less the validation carve HYSET training makes), with --seed.
+on the data set's train split (less the validation carve HYSET training makes), with --seed;
+the set-level baselines (docs/baselines.md) choose their settings on that validation split.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +34,8 @@ from hyset_jax.errors import UserError
 
 # hyset_jax.retrievers.trained.TRAINED_METHODS, spelled out: importing the retrievers
 # package (bm25s, ~2 s) would slow every `hyset` invocation that only builds the parser.
-TRAINED_METHODS = ("linear-head", "mlp-head", "set-classifier")
+TRAINED_METHODS = ("linear-head", "mlp-head", "set-classifier", "cardinality", "mmr",
+                   "facility-location", "deepsets", "set-transformer")
 METHODS = ("bm25", "dense", "fusion", "hyset", *TRAINED_METHODS)
 
 # Rankings are read to the deepest reported cut-off (COMP@5, NDCG@5).
@@ -58,7 +62,8 @@ def add_parser(subparsers: Any) -> None:
                  help="frozen encoder checkpoint directory (default: all-MiniLM-L6-v2; "
                       "with --model, the query_encoder its manifest names)")
   p.add_argument("--seed", type=int, default=0,
-                 help="seed of a trained baseline (linear-head, mlp-head, set-classifier)")
+                 help="seed of a trained baseline (linear-head, mlp-head, set-classifier, "
+                      "the set-level baselines)")
   p.add_argument("--limit", type=int_at_least(1), metavar="N",
                  help="score only the first N queries of the split (default: all)")
   from hyset_jax import choices
@@ -103,43 +108,37 @@ def _load_encoder(path: str | None) -> Any:
 
 
 def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary,
-                          ranking: str | None = None) -> Any:
-  """A HysetRetriever from a model directory or a training workdir's best/, checked
-  against the data's library."""
+                          ranking: str | None = None, data: str = "the data set's library"
+                          ) -> Any:
+  """A HysetRetriever from a model directory or a training workdir's best/, carried onto the
+  data's library (``data``: its spec) when that differs from the model's (hyset_jax.carry)."""
+  from hyset_jax.carry import carry_onto
   from hyset_jax.modeldir import best_model_dir
   from hyset_jax.modeldir import load_model_dir
   from hyset_jax.retrievers import HysetRetriever
-  model = load_model_dir(best_model_dir(path))
-  model_ids = tuple(model.tool_ids)
-  library = set(tools.ids)
-  shared = library.intersection(model_ids)
-  if not shared:
-    raise UserError(
-        f"model {path} shares no tool ids with the data set's library "
-        f"(model: {model_ids[:3]}..., data: {tools.ids[:3]}...); was it trained on another data set?")
-  missing = [t for t in tools.ids if t not in shared]
-  if missing:
-    print(f"warning: model {path} lacks {len(missing)} of the library's {len(tools)} tools "
-          f"(e.g. {', '.join(missing[:3])}); they can never be retrieved", file=sys.stderr)
+  model = carry_onto(load_model_dir(best_model_dir(path)), tools, data)
   encoder = _load_encoder(encoder_dir if encoder_dir is not None else model.query_encoder)
-  return HysetRetriever(model.params, model_ids, encoder,
+  return HysetRetriever(model.params, model.tool_ids, encoder,
                         k1=model.k1, k_pool=model.k_pool, max_size=model.max_set_size,
                         ranking=ranking or model.ranking, lexical=model.lexical)
 
 
 def build_retriever(method: str, tools: ToolLibrary, *, model: str | None = None,
                     encoder_dir: str | None = None, ranking: str | None = None,
-                    train: Any = (), seed: int = 0) -> Any:
+                    train: Any = (), seed: int = 0, data: str = "the data set's library",
+                    validation: Any = ()) -> Any:
   """The retriever ``--method`` names, over the data set's tool library (``train``: the
-  queries a trained baseline is fit on)."""
+  queries a trained baseline is fit on; ``validation``: those the set-level baselines choose
+  their settings on; ``data``: the library's spec, for messages)."""
   from hyset_jax import retrievers
   if method in TRAINED_METHODS:
     from hyset_jax.retrievers.trained import fit_baseline
-    return fit_baseline(method, tools, _load_encoder(encoder_dir), train, seed=seed)
+    return fit_baseline(method, tools, _load_encoder(encoder_dir), train, seed=seed,
+                        validation=validation)
   if method == "bm25":
     return retrievers.BM25Retriever(tools)
   if method == "hyset" and model is not None:
-    return _hyset_from_model_dir(model, encoder_dir, tools, ranking)
+    return _hyset_from_model_dir(model, encoder_dir, tools, ranking, data)
   encoder = _load_encoder(encoder_dir)
   if method == "dense":
     return retrievers.DenseRetriever(tools, encoder)
@@ -186,14 +185,15 @@ def run(args: argparse.Namespace) -> int:
     raise UserError(f"{len(no_gold)} queries of split {args.split!r} have no gold tools "
                     f"(e.g. {', '.join(no_gold[:3])}); metrics are undefined for them")
 
-  train = ()
+  train = validation = ()
   if args.method in TRAINED_METHODS:
     from hyset_jax.config import DataConfig
     from hyset_jax.data.splits import with_validation
-    train = with_validation(dataset, DataConfig.validation_fraction).split("train")
+    carved = with_validation(dataset, DataConfig.validation_fraction)
+    train, validation = carved.split("train"), carved.split("validation")
   retriever = build_retriever(args.method, dataset.tools, model=args.model,
                               encoder_dir=args.encoder, ranking=args.ranking, train=train,
-                              seed=args.seed)
+                              seed=args.seed, data=args.data, validation=validation)
   result = retriever.retrieve([q.text for q in queries], depth=EVAL_DEPTH)
   metrics = evaluate(result.rankings, [q.gold for q in queries], result.sets)
 

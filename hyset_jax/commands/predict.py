@@ -2,7 +2,9 @@
 
 Output: one JSON object a line, in input order, with ``query_id``, ``set`` (tool ids),
 ``set_score``, ``ranking`` (tool ids) and ``shortlist`` (tool ids, shortlist order); the
-contract is in docs/contracts.md.
+contract is in docs/contracts.md. ``--tools SPEC`` carries the model onto another library first
+(hyset_jax.carry): tools it lacks get the tool encoder's embedding, as ``hyset tools add`` gives
+them, tools SPEC does not list are dropped, and stderr says how many of each.
 """
 from __future__ import annotations
 
@@ -21,13 +23,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p = sub.add_parser("predict", help="predict tool sets with a model directory",
                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--model", required=True, metavar="DIR",
-                 help="model directory (hyset/2 or hyset/1) or hyset train workdir (its "
+                 help="model directory (any format version) or hyset train workdir (its "
                       "best/ model)")
   src = p.add_mutually_exclusive_group(required=True)
   src.add_argument("--queries", metavar="FILE.jsonl",
                    help="queries as JSONL in BEIR format ({_id, text})")
   src.add_argument("--query-embeddings", metavar="FILE.npy",
                    help="float32 [Q, d_r] .npy; query_id = row index")
+  p.add_argument("--tools", metavar="SPEC",
+                 help="predict over this library instead of the model's: new tools get the "
+                      "tool encoder's embedding, unlisted ones are dropped (default: the "
+                      "model's own tools)")
   p.add_argument("--out", required=True, metavar="FILE.jsonl", help="output JSONL")
   p.add_argument("--k1", type=int_at_least(1), metavar="N",
                  help="stage-1 size K1 (default: the manifest's)")
@@ -56,6 +62,10 @@ def load_query_embeddings(path: str | pathlib.Path, dim: int) -> np.ndarray:
     x = np.load(path, allow_pickle=False)
   except (ValueError, OSError, EOFError) as e:
     raise UserError(f"{path}: not a readable .npy array ({e})") from None
+  if not isinstance(x, np.ndarray):  # np.load gives an archive for a .npz: close it, refuse
+    x.close()
+    raise UserError(f"{path}: an .npz archive, not an .npy array; expected a float array "
+                    f"[Q, {dim}] saved with np.save")
   if x.ndim != 2 or not np.issubdtype(x.dtype, np.floating):
     raise UserError(f"{path}: expected a float array [Q, {dim}], got {x.dtype} {x.shape}")
   if x.shape[1] != dim:
@@ -102,18 +112,25 @@ def resolve_overrides(model, k1: int | None, k_pool: int | None, max_size: int |
 
 def run(args: argparse.Namespace) -> int:
   from hyset_jax import inference, io_utils, modeldir, neighbors
+  from hyset_jax.data.specs import input_paths
 
+  tool_inputs = input_paths(args.tools) if args.tools else ()
   out = io_utils.output_file(args.out, args.force,
-                            inputs=(args.model, args.queries, args.query_embeddings))
+                            inputs=(args.model, args.queries, args.query_embeddings,
+                                    *tool_inputs))
   from hyset_jax.modeldir import best_model_dir
   model_path = best_model_dir(args.model)
   model = modeldir.load_model_dir(model_path)
+  if args.tools:
+    from hyset_jax.carry import carry_onto
+    from hyset_jax.data.specs import load_dataset
+    model = carry_onto(model, load_dataset(args.tools).tools, args.tools)
   k1, k_pool, max_size = resolve_overrides(model, args.k1, args.k_pool, args.max_size)
   lexical = None
   if args.query_embeddings:
     if model.lexical is not None:
-      raise UserError(f"{model_path}: this model has a lexical term (BM25 over the tool texts, "
-                      f"format hyset/4), which needs the query texts: pass --queries, not "
+      raise UserError(f"{model_path}: this model has a lexical term (BM25 over the tool texts), "
+                      f"which needs the query texts: pass --queries, not "
                       f"--query-embeddings")
     emb = load_query_embeddings(args.query_embeddings, model.params.projection.shape[0])
     query_ids = [str(i) for i in range(emb.shape[0])]
@@ -122,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
                                            model.params.projection.shape[0])
     lexical = model.lexical_scores(texts)
   # The fast path: per-model products and the expansion's neighbour table, cached beside the
-  # model directory (built once per model, N²·d flops).
+  # model directory (built once per model, N²·d flops; keyed by Z, so a carried model's table
+  # is its own file there).
   prepared = inference.prepare(model.params, max_size=max_size, k_pool=k_pool,
                                cache_dir=neighbors.cache_dir_beside(model_path),
                                progress=len(model.tool_ids) > 20_000)

@@ -50,15 +50,13 @@ def run(args: argparse.Namespace) -> int:
   io_utils.check_target(out, args.force)
   model = modeldir.load_model_dir(source)
   if args.action == "add":
-    from hyset_jax.encoder import encode_cached, load_encoder
+    from hyset_jax.carry import tool_encoder
     tools = load_dataset(args.tools).tools
-    encoder_name = getattr(model, "tool_encoder", None) or model.query_encoder
-    if not encoder_name:
+    encode = tool_encoder(model)  # the one path that embeds new tools (also hyset_jax.carry)
+    if encode is None:
       raise UserError(f"{source}: the manifest names no encoder (query_encoder is null), so "
                       f"new tools cannot be embedded the way the model's were")
-    encoder = load_encoder(encoder_name)
-    emb = encode_cached(encoder, tools.texts)  # the vectors training used for the same texts
-    edited = tooledit.add_tools(model, tools.ids, emb, tools.texts)
+    edited = tooledit.add_tools(model, tools.ids, encode(tools.texts), tools.texts)
     what = f"added {len(tools)} tools from {args.tools}"
   else:
     if args.ids is not None:
