@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import json
 import logging
 import pathlib
 import os
@@ -32,6 +31,8 @@ import sys
 import time
 
 import numpy as np
+
+from benchmarks import provenance
 
 KEYS = ("recall@3", "recall@5", "comp@3", "comp@5", "set_f1", "set_exact")
 
@@ -193,7 +194,7 @@ def main(argv: list[str] | None = None) -> dict:
                                                  replace=False)]
     report["step_cost"] = step_cost_benchmark(encoder, sample, args.n_layers, args.timing_repeats)
   out = pathlib.Path(args.out)
-  (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+  provenance.write_json(out / "report.json", report, report.get("command"))
   md = [f"# finetune_encoder: mode {args.mode}", "", f"`{report['command']}`, {report['date']}, "
         f"{report['machine']}; {summary['steps']} steps × {summary['batch_size']} queries "
         f"over {summary['train_queries']} training queries; encoder trainable parameters "

@@ -26,11 +26,12 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
-import json
 import pathlib
 import sys
 
 import numpy as np
+
+from benchmarks import provenance
 
 
 def _unit(x: np.ndarray) -> np.ndarray:
@@ -116,8 +117,7 @@ def run(args: argparse.Namespace) -> int:
           "query_encoder": data.query_encoder,
           "train_queries": len(train.ids), "test_queries": len(test.ids),
           "training_sets": len(classes)}
-  out_json.write_text(
-      json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+  provenance.write_json(out_json, {"meta": meta, "rows": rows}, command)
   keys = sorted({k for r in rows.values() for k in r}, key=lambda k: (k != "validation exact",
                                                                         k != "test exact", k))
   lines = [f"{c.spec}: {len(train.ids)} training queries over {len(classes)} distinct gold sets, "

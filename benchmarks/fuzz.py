@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import collections
-import json
 import logging
 import pathlib
 import platform
 import sys
 import time
+
+from benchmarks import provenance
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
   print(f"total        {total:7d} cases  {bad} failures")
   if args.json:
     pathlib.Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    pathlib.Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    provenance.write_json(args.json, report)
   return 1 if bad else 0
 
 

@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from benchmarks import provenance
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TOOLLENS = REPO / ".." / "shared" / "data" / "toollens"
 METRICS = ("recall@3", "recall@5", "ndcg@5", "comp@3", "comp@5", "set_f1", "set_exact")
@@ -140,8 +142,8 @@ def main(argv: list[str] | None = None) -> int:
                  " | ".join(f"{100 * m[k]:.2f}" for k in METRICS) + " |")
   out = pathlib.Path(args.out)
   out.parent.mkdir(parents=True, exist_ok=True)
-  out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=1)
-                                      + "\n")
+  provenance.write_json(out.with_suffix(".json"), {"meta": meta, "results": results},
+                        meta["command"])
   out.with_suffix(".md").write_text("\n".join(lines) + "\n")
   print("\n".join(lines))
   return 0

@@ -46,6 +46,8 @@ import time
 
 import numpy as np
 
+from benchmarks import provenance
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PEER_VENV = REPO / "benchmarks" / ".venv-peer"
 RUNNER = REPO / "benchmarks" / "peer_torch.py"
@@ -374,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
   if outs:
     doc = {"meta": meta, "agreement": results, "timing": timing}
     with io_utils.atomic_write(outs[0]) as f:
-      f.write(json.dumps(doc, indent=1) + "\n")
+      f.write(json.dumps(provenance.with_provenance(doc, meta["command"]), indent=1) + "\n")
     with io_utils.atomic_write(outs[1]) as f:
       f.write(md)
   ok = all(r["agree"]["all"] == r["queries"] for r in results)

@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 
+from benchmarks import provenance
+
 _MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": "4294967296", "MALLOC_TRIM_THRESHOLD_": "8589934592"}
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -187,7 +189,7 @@ def main(argv=None) -> int:
 
   results["wall_s"] = time.time() - started
   results["load_avg_end"] = round(os.getloadavg()[0], 2)
-  (out_dir / "speed.json").write_text(json.dumps(results, indent=1) + "\n")
+  provenance.write_json(out_dir / "speed.json", results)
   write_report(results, out_dir, ref, peak, floor)
   log(f"wrote {out_dir}/speed.md, speed.json and speed_*.png")
   return 0

@@ -33,6 +33,8 @@ import threading
 import time
 import urllib.request
 
+from benchmarks import provenance
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DEFAULT_QUERIES = REPO / ".." / "shared" / "data" / "toollens" / "queries.jsonl"
 
@@ -222,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
           "queries": args.queries}
   out = pathlib.Path(args.out)
   out.parent.mkdir(parents=True, exist_ok=True)
-  out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+  provenance.write_json(out.with_suffix(".json"), {"meta": meta, "rows": rows}, meta["command"])
   table = markdown(rows, meta)
   out.with_suffix(".md").write_text(table)
   print(table)

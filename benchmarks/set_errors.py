@@ -19,9 +19,10 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
-import json
 import pathlib
 import sys
+
+from benchmarks import provenance
 
 
 def mistake(pred: frozenset, gold: frozenset, shortlist: set, seen: set) -> str:
@@ -81,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
           "model": str(pathlib.Path(args.model).resolve()), "query_encoder": model.query_encoder,
           "test_queries": n, "test_gold_sets_seen_in_training":
           sum(frozenset(q.gold) in seen for q in test)}
-  out_json.write_text(json.dumps({"meta": meta, "exact": dict(counts),
-                                  "hyset_wrong_classifier_right": dict(kinds)}, indent=1) + "\n")
+  provenance.write_json(out_json, {"meta": meta, "exact": dict(counts),
+                                  "hyset_wrong_classifier_right": dict(kinds)}, command)
   lines = [f"{c.spec} test split ({n} queries), model {meta['model']}, query encoder "
            f"{model.query_encoder}; `{command}`, {meta['date']}.", "",
            "| exact set | queries | % |", "|---|---:|---:|"]

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import pathlib
 import sys
 import time
+
+from benchmarks import provenance
 
 
 def _config(args):
@@ -113,7 +114,7 @@ def sizing_table(out: pathlib.Path) -> None:
         r = dry_run.dry_run(c, num_tools=n, tool_dim=d, query_dim=d)
         rows.append(r.to_json())
         print(f"N={n} d={d} tools={t}: total {r.total / 2**30:.2f} GiB", flush=True)
-  (out / "sharding_sizing.json").write_text(json.dumps(rows, indent=1) + "\n")
+  provenance.write_json(out / "sharding_sizing.json", rows)
   gib = lambda b: f"{b / 2**30:.2f}"  # noqa: E731
   lines = ["| N tools | d_z | mesh (data × tools) | parameters | optimiser state | temporaries "
            "| total per device (GiB) |", "|---:|---:|---|---:|---:|---:|---:|"]
@@ -126,8 +127,7 @@ def sizing_table(out: pathlib.Path) -> None:
 
 def write_results(out: pathlib.Path, table: list[dict], run: dict | None, meta: dict) -> None:
   out.mkdir(parents=True, exist_ok=True)
-  (out / "sharded_scale.json").write_text(json.dumps({"meta": meta, "memory": table,
-                                                      "train": run}, indent=1) + "\n")
+  provenance.write_json(out / "sharded_scale.json", {"meta": meta, "memory": table, "train": run})
   mib = lambda b: f"{b / 2**20:,.1f}"  # noqa: E731
   base = table[0]["parameters"] + table[0]["optimizer_state"]
   lines = [f"# Tool-parallel sharding at N = {meta['num_tools']:,}, d_z = {meta['dim']}",
