@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import pathlib
 import sys
 import time
 
 import numpy as np
+
+from benchmarks import provenance
 
 STEPS = ("encoder", "bm25", "predict", "predict_with_b")
 
@@ -40,14 +41,15 @@ def time_steps(model, encoder, texts: list[str], batch: int, repeats: int,
   """Median ms/query of each of :data:`STEPS` over ``repeats`` passes over ``texts`` in
   batches of ``batch``, after one untimed pass."""
   from hyset_jax import inference
+  from hyset_jax.query_inputs import QueryInputs
   prepared = inference.prepare(model.params, max_size=model.max_set_size, k_pool=model.k_pool)
   plain = prepared._replace(params=prepared.params._replace(lexical_weight=None))
   chunks = [texts[i:i + batch] for i in range(0, len(texts), batch)]
 
   def predict(m, emb, lex):
-    return inference.predict_batched(m, emb, k1=model.k1, k_pool=model.k_pool,
-                                     max_size=model.max_set_size, batch_size=batch,
-                                     ranking=model.default_ranking, lexical=lex)
+    return inference.predict_batched(m, QueryInputs(emb, lex), k1=model.k1,
+                                     k_pool=model.k_pool, max_size=model.max_set_size,
+                                     batch_size=batch, ranking=model.default_ranking)
 
   def one_pass() -> dict[str, float]:
     spent = dict.fromkeys(STEPS, 0.0)
@@ -142,8 +144,8 @@ def run(args: argparse.Namespace) -> int:
           "test_queries": len(texts), "num_tools": len(model.tool_ids),
           "beta": float(model.params.lexical_weight), "ranking": model.default_ranking,
           "repeats": args.repeats}
-  out_json.write_text(json.dumps({"meta": meta, "by_batch": {str(b): r for b, r in rows.items()}},
-                                 indent=1) + "\n")
+  provenance.write_json(out_json, {"meta": meta,
+                                  "by_batch": {str(b): r for b, r in rows.items()}}, command)
   lines = [f"{config.data.spec} test split ({len(texts)} queries, {len(model.tool_ids)} tools), "
            f"model {meta['model']} (β = {meta['beta']:g}); `{command}`, {meta['date']}. "
            f"ms/query, median of {args.repeats} passes; the ratios are what to read.", "",

@@ -29,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 
+from benchmarks import provenance
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HARNESS = ROOT / "benchmarks" / "native" / "stage2_timing.cc"
 KERNEL = ROOT / "hyset_jax" / "native" / "subsets.cc"
@@ -76,8 +78,8 @@ def trained_inputs(model_dir: str, config_name: str, path: pathlib.Path) -> tupl
   texts = [test[i % len(test)].text for i in range(QUERIES)]
   emb = encode_cached(load_encoder(model.query_encoder), texts)
   prep = inference.prepare(model.params, max_size=model.max_set_size, k_pool=model.k_pool)
-  sl = inference.shortlist_prepared(prep, emb, model.k1, model.k_pool,
-                                    lexical=model.lexical_scores(texts))  # None without the term
+  sl = inference.shortlist_prepared(prep, model.query_inputs(emb, texts), model.k1,
+                                    model.k_pool)
   pairs = inference.pair_matrices_prepared(prep, emb, sl.tools)
   with open(path, "wb") as f:
     f.write(np.asarray(sl.logits, np.float32).tobytes())
@@ -138,8 +140,8 @@ def run(args) -> int:
     lines.append(f"| {label} | {med[0]:.2f} | {med[1]:.2f} | {med[2]:.2f} | {len(rows)} |")
   print("\n".join(lines))
   if out is not None:
-    out.write_text(json.dumps({"pinned": bool(pin), "inputs": args.model or "random",
-                               "config": args.config, "runs": results}, indent=1) + "\n")
+    provenance.write_json(out, {"pinned": bool(pin), "inputs": args.model or "random",
+                                "config": args.config, "runs": results})
   return 0
 
 

@@ -59,22 +59,24 @@ class CarryReport:
     return line
 
 
-def tool_encoder(model) -> EncodeTools | None:
+def tool_encoder(model, loaded=None) -> EncodeTools | None:
   """The model's frozen tool encoder as ``texts -> f32[n, d_z]``, or None when its manifest
   names no encoder.
 
   The encoder is the one the manifest names (a tool encoder where a format records one, else
   the query encoder, which embedded the tools at initialisation), read through the embedding
-  cache: the same vectors training used for the same texts. It is loaded on the first call
-  only, so a carry that adds nothing never loads it.
+  cache: the same vectors training used for the same texts. It is loaded on each call, so a
+  carry that adds nothing never loads it; a caller that already holds the query encoder (a
+  server) passes it as ``loaded`` and it is used when it is the one the manifest names.
   """
   name = getattr(model, "tool_encoder", None) or model.query_encoder
   if not name:
     return None
+  reuse = loaded if loaded is not None and name == model.query_encoder else None
 
   def encode(texts: Sequence[str]) -> np.ndarray:
     from hyset_jax.encoder import encode_cached, load_encoder
-    return np.asarray(encode_cached(load_encoder(name), list(texts)), np.float32)
+    return np.asarray(encode_cached(reuse or load_encoder(name), list(texts)), np.float32)
   return encode
 
 

@@ -67,9 +67,9 @@ def _run(args) -> int:
   print(f"\n== {config.data.spec} test split, {before['n_queries']} queries")
   trained = f"HYSET (step {summary['best_step']}, {best.default_ranking})"
   print(_table({"untrained (= dense)": before, trained: after}))
-  pred = inference.predict_batched(best.params, test.embeddings[:5], k1=best.k1,
-                                   k_pool=best.k_pool, max_size=best.max_set_size,
-                                   lexical=best.lexical_scores(test.texts[:5]))
+  pred = inference.predict_batched(best.params,
+                                   best.query_inputs(test.embeddings[:5], test.texts[:5]),
+                                   k1=best.k1, k_pool=best.k_pool, max_size=best.max_set_size)
   print("\n== a few test queries")
   for q in range(min(5, len(test.ids))):
     text = " ".join(test.texts[q].split())[:110]

@@ -5,6 +5,7 @@ import jax
 import numpy as np
 
 from hyset_jax import inference, lexical as lexical_lib, metrics, set_prior, terms
+from hyset_jax.query_inputs import QueryInputs
 from hyset_jax.scoring import HysetParams, SetPrior
 from hyset_jax.train_data import QuerySet
 
@@ -44,10 +45,10 @@ def evaluate_rankings(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ..
   ``qs``'s lexical scores already computed, instead of ``lexical``)."""
   if lexical_scores is None:
     lexical_scores = lexical_lib.query_scores(params.lexical_weight, lexical, qs.texts)
-  preds = inference.predict_batched(jax.device_get(params), qs.embeddings, k1=mc.k1,
+  preds = inference.predict_batched(jax.device_get(params),
+                                    QueryInputs(qs.embeddings, lexical_scores), k1=mc.k1,
                                     k_pool=mc.k_pool, max_size=mc.max_set_size,
-                                    batch_size=batch_size, rankings=tuple(rankings),
-                                    lexical=lexical_scores)
+                                    batch_size=batch_size, rankings=tuple(rankings))
   return {r: _metrics(p, qs, tool_ids) for r, p in zip(rankings, preds)}
 
 

@@ -37,6 +37,7 @@ import numpy as np
 from hyset_jax import choices, modeldir
 from hyset_jax.errors import UserError
 from hyset_jax.io_utils import atomic_dir
+from hyset_jax.query_inputs import QueryInputs
 
 FORMATS = ("hyset", "npz", "projector", "stablehlo", "onnx")
 NPZ_FILE = "model.npz"
@@ -186,8 +187,8 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
   lexical = model.lexical is not None
 
   def stage1(query_embeddings, lexical_scores=None):
-    return tuple(inference.shortlist(params, query_embeddings, k1, k_pool, max_size,
-                                     lexical_scores))
+    return tuple(inference.shortlist(params, QueryInputs(query_embeddings, lexical_scores), k1,
+                                     k_pool, max_size))
 
   def stage2_fn(query_embeddings, shortlist, shortlist_logits):
     # A plain tuple: the artifact must load where inference.Reranked is not registered.
@@ -197,8 +198,8 @@ def stablehlo_functions(model: modeldir.ModelDir, *, k1: int, k_pool: int, max_s
                                   ranking=ranking))
 
   def predict(query_embeddings, lexical_scores=None):
-    p = inference.predict(params, query_embeddings, k1=k1, k_pool=k_pool, max_size=max_size,
-                          method=method, ranking=ranking, lexical=lexical_scores)
+    p = inference.predict(params, QueryInputs(query_embeddings, lexical_scores), k1=k1,
+                          k_pool=k_pool, max_size=max_size, method=method, ranking=ranking)
     return (p.shortlist, p.set_tools, p.set_size, p.set_score, p.ranking)
 
   # The lexical term's scores come from the query text, outside the graph (like r(x)).

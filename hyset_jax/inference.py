@@ -21,19 +21,30 @@ Two paths compute the same outputs:
   a boundary tie is scanned in full). :func:`predict_batched` (``hyset predict``) uses it.
 
 Both run stage 2 as :func:`enumeration.best_subset` (the argmax without the [Q, n] scores).
+
+Filters (``QueryInputs.allowed``, bool[Q, N]): a disallowed tool's ℓ is -inf for the top K1 and
+its g the lowest finite value in the expansion (below every allowed tool, above S0's -inf), so
+the shortlist holds the allowed tools that the unfiltered rules pick from the allowed library,
+and disallowed ones only in its tail when fewer than K_pool are allowed. Stage 2 gives those
+their ℓ and their pair rows and columns one finite value far below every all-allowed set
+(:func:`_penalise`), so no set holding one can win, and every output slot they occupy reads -1.
+With a mask the expansion scans every tool (the neighbour table cannot know it); without one
+nothing of this is traced.
 """
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from hyset_jax import (backends, choices, enumeration, model_format, neighbors, scoring,
-                       set_prior, sharding, terms)
+from hyset_jax import (backends, choices, enumeration, model_format, neighbors, query_inputs,
+                       scoring, set_prior, sharding, terms)
 from hyset_jax.errors import UserError
+from hyset_jax.query_inputs import QueryInputs
 from hyset_jax.scoring import HysetParams
 
 Ranking = choices.Ranking
@@ -42,6 +53,11 @@ Ranking = choices.Ranking
 # neither the caller nor the model directory names one.
 RANKINGS = choices.RANKINGS
 DEFAULT_RANKING: Ranking = choices.DEFAULT_RANKING
+# The expansion's g and tie key of a disallowed tool: finite, so it stays above S0's -inf.
+_LOWEST = float(np.finfo(np.float32).min)
+# A disallowed slot's tool row as the seen-set prior sees it: no seen set (rows ≥ 0, padding
+# -1) contains it, so a seen set holding a disallowed tool is never inside the shortlist.
+_NO_ROW = -2
 
 
 class Shortlist(NamedTuple):
@@ -50,36 +66,47 @@ class Shortlist(NamedTuple):
   logits: jax.Array
 
 
-def shortlist(params: HysetParams, query_emb: jax.Array, k1: int, k_pool: int,
-              max_size: int, lexical: jax.Array | None = None) -> Shortlist:
+def shortlist(params: HysetParams, x: QueryInputs | jax.Array, k1: int, k_pool: int,
+              max_size: int) -> Shortlist:
   """Stage 1 and complementarity expansion (Eq. 12-13).
 
   Args:
     params: θ.
-    query_emb: f32[Q, d_r].
+    x: the queries (:class:`QueryInputs`; an f32[Q, d_r] array is the embedding alone). With
+      the lexical term, ℓ' = ℓ + β·b replaces ℓ from here on (:func:`scoring.with_lexical`).
     k1: |S0|.
     k_pool: |S|.
     max_size: M; the expansion uses M_M.
-    lexical: f32[Q, N] the queries' lexical scores, for a model with the lexical term
-      (:func:`scoring.with_lexical`: ℓ' replaces ℓ from here on).
 
   Returns:
     Shortlist of K_pool tools per query.
   """
+  x = query_inputs.of(x)
   z = params.tool_embeddings
-  logits = scoring.with_lexical(params, scoring.query_logits(params, query_emb), lexical)
+  logits = _masked(scoring.with_lexical(params, scoring.query_logits(params, x.embedding),
+                                        x.lexical_scores), x.allowed)
   s0 = sharding.top_k(logits, k1)[1]              # [Q, K1]; per tools shard under a mesh
   keyed = z[s0] @ params.interactions[max_size - 2]                      # [Q, K1, d]
-  extra = _expand_scan(z, keyed, logits, s0, k_pool - k1)
+  extra = _expand_scan(z, keyed, logits, s0, k_pool - k1, x.allowed)
   tools = jnp.concatenate([s0, extra], axis=1).astype(jnp.int32)
   return Shortlist(tools, jnp.take_along_axis(logits, tools, axis=1))
 
 
+def _masked(logits: jax.Array, allowed: jax.Array | None) -> jax.Array:
+  """ℓ f32[Q, N] with -inf for the tools ``allowed`` (bool[Q, N] or None) rules out."""
+  return logits if allowed is None else jnp.where(allowed, logits, -jnp.inf)
+
+
 def _expand_scan(z: jax.Array, keyed: jax.Array, logits: jax.Array, s0: jax.Array,
-                 n_ext: int) -> jax.Array:
+                 n_ext: int, allowed: jax.Array | None = None) -> jax.Array:
   """Eq. 13 over every tool: int32[Q, n_ext] from Z f32[N, d], keyed = Z_S0 M_M f32[Q, K1, d],
-  ℓ f32[Q, N] and S0 int32[Q, K1]."""
+  ℓ f32[Q, N], S0 int32[Q, K1] and the filter ``allowed`` bool[Q, N] (None: every tool)."""
   g = jnp.max(jnp.einsum("nd,qkd->qnk", z, keyed), axis=-1)              # [Q, N]
+  if allowed is not None:
+    # Below every allowed tool and above S0's -inf (in g and in the tie key): when fewer
+    # tools are allowed than the expansion needs, disallowed ones fill it by row, never S0.
+    g = jnp.where(allowed, g, _LOWEST)
+    logits = jnp.where(allowed, logits, _LOWEST)
   in_s0 = jnp.zeros(g.shape, bool).at[jnp.arange(g.shape[0])[:, None], s0].set(True)
   g = jnp.where(in_s0, -jnp.inf, g)
   # Order the expansion by g, ties by ℓ (then by row). With M_M = 0 every g ties, so the
@@ -146,6 +173,27 @@ def _per_tool(logits: jax.Array, pairs: jax.Array, max_size: int, pool: str) -> 
   return jnp.einsum("qj,qjk->qk", per_slot, slot_to_position)
 
 
+def _allowed_mean(logits: jax.Array, pairs: jax.Array, max_size: int, allowed: jax.Array,
+                  bonus: jax.Array | None) -> jax.Array:
+  """:func:`set_mean` over the subsets whose members are all ``allowed`` (bool[Q, K]), plus the
+  seen sets' ``bonus`` f32[Q, K] summed per tool (seen sets with a disallowed member carry
+  none); -inf for disallowed slots. f32[Q, K] in shortlist order."""
+  k = logits.shape[1]
+  table = enumeration.subset_table(k, max_size)
+  sub = enumeration.score_subsets(logits, pairs, table, "gather")       # [Q, n], table order
+  incidence = np.concatenate([a for a, _ in enumeration._incidence(k, max_size)], axis=1)
+  slot_ok = jnp.take_along_axis(allowed, sub.positions, axis=1)         # [Q, K], table slots
+  valid = ((~slot_ok).astype(jnp.float32) @ incidence) == 0              # [Q, n]
+  # A penalised subset's score is finite: times 0 it leaves the sum.
+  total = jnp.where(valid, sub.scores, 0.0) @ incidence.T                # [Q, K], table slots
+  count = valid.astype(jnp.float32) @ incidence.T
+  slot_to_position = (sub.positions[:, :, None] == jnp.arange(k)).astype(total.dtype)
+  total, count = (jnp.einsum("qj,qjk->qk", a, slot_to_position) for a in (total, count))
+  if bonus is not None:
+    total = total + bonus
+  return jnp.where(allowed, total / jnp.maximum(count, 1.0), -jnp.inf)
+
+
 def set_mean(logits: jax.Array, pairs: jax.Array, max_size: int) -> jax.Array:
   """The mean F of the shortlist subsets (sizes 1..M) that contain each shortlist tool.
 
@@ -174,7 +222,8 @@ def set_max(logits: jax.Array, pairs: jax.Array, max_size: int) -> jax.Array:
 def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
                ranking: Ranking, max_size: int,
                method: enumeration.Method | backends.Backend = choices.PORTABLE_METHOD,
-               seen: set_prior.SeenSets | None = None) -> jax.Array:
+               seen: set_prior.SeenSets | None = None,
+               allowed: jax.Array | None = None) -> jax.Array:
   """Order the shortlist for the rank metrics (issue: paper's greedy vs alternatives).
 
   - ``greedy`` (the paper): M greedy marginal-gain picks under F (:func:`greedy_ranking`),
@@ -211,6 +260,10 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
       ``greedy`` (the native kernel: :func:`hyset_jax.native.greedy_ranking`, the same order).
     seen: with a seen-set prior, :class:`set_prior.SeenSets`: ``set-mean`` and ``set-max`` rank
       by F' = F + the prior's bonus. ``greedy`` does not support the prior.
+    allowed: bool[Q, K], the shortlist slots a filter allows (None: all), with ``logits`` and
+      ``pairs`` penalised (:func:`_penalise`). Every other ranking then orders the allowed
+      slots as over the allowed tools alone and puts the others last; ``set-mean`` is made
+      so by averaging over the all-allowed subsets only.
 
   Returns:
     int32[Q, K] shortlist positions, best first.
@@ -228,9 +281,13 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
     return _first_then_by_logit(in_set, logits)
   if ranking == "set-mean":
     pos = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (q, k))
-    mean = set_mean(logits, pairs, max_size)
-    if seen is not None:  # each tool lies in the same number of subsets
-      mean = mean + seen.member_bonus / enumeration.subsets_containing(k, max_size)
+    if allowed is not None:
+      mean = _allowed_mean(logits, pairs, max_size, allowed,
+                           None if seen is None else seen.member_bonus)
+    else:
+      mean = set_mean(logits, pairs, max_size)
+      if seen is not None:  # each tool lies in the same number of subsets
+        mean = mean + seen.member_bonus / enumeration.subsets_containing(k, max_size)
     return jax.lax.sort((-mean, -logits, pos), dimension=1, num_keys=3)[2]
   if ranking == "set-max":
     pos = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (q, k))
@@ -273,45 +330,84 @@ class Reranked(NamedTuple):
   ranking: jax.Array
 
 
+def _penalise(logits: jax.Array, pairs: jax.Array, allowed: jax.Array, max_size: int
+              ) -> tuple[jax.Array, jax.Array]:
+  """ℓ f32[Q, K] and G_m f32[Q, M−1, K, K] with the slots ``allowed`` (bool[Q, K]) rules out
+  set to -(4B + 1) in ℓ and in their pair rows and columns, B = max|ℓ| + C(M, 2)·max|G| over
+  the allowed slots (per query).
+
+  Why that value: an all-allowed set scores ≥ -B (F_align is a mean of its ℓ, F_set at most
+  C(M, 2) pairs). A set holding a disallowed d and an allowed tool scores ≤ B + (-(4B + 1)):
+  F_align ≤ its largest ℓ, and at least one of its pairs is d's. A set of disallowed tools
+  scores ≤ -(4B + 1) (F_align is then the penalty itself; singletons included). So each is
+  strictly below every all-allowed set, and the argmax, the greedy picks and the per-tool
+  maxima never prefer one. Finite, because F_align's softmax of an -inf ℓ is 0·(-inf) = NaN.
+  """
+  pair_ok = allowed[:, None, :, None] & allowed[:, None, None, :]        # [Q, 1, K, K]
+  bound = (jnp.max(jnp.where(allowed, jnp.abs(logits), 0.0), axis=1)
+           + math.comb(max_size, 2) * jnp.max(jnp.where(pair_ok, jnp.abs(pairs), 0.0),
+                                              axis=(1, 2, 3)))
+  low = -(4.0 * bound + 1.0)                                             # [Q]
+  return (jnp.where(allowed, logits, low[:, None]),
+          jnp.where(pair_ok, pairs, low[:, None, None, None]))
+
+
 def _stage2(sl: Shortlist, pairs: jax.Array, *, k_pool: int, max_size: int,
             backend: backends.Backend, rankings: tuple[Ranking, ...],
             prior: scoring.SetPrior | None = None,
-            query_emb: jax.Array | None = None) -> tuple[Reranked, ...]:
+            query_emb: jax.Array | None = None,
+            allowed: jax.Array | None = None) -> tuple[Reranked, ...]:
   """Stage 2 once and the shortlist ranked by each of ``rankings`` (the set fields shared).
 
   With a seen-set ``prior`` (which reads ``query_emb``), Ê is the argmax of F' = F + the
   prior's bonus: the enumeration's argmax of F unless a seen set beats it
-  (:func:`set_prior.seen_sets`).
+  (:func:`set_prior.seen_sets`). ``allowed``: bool[Q, K_pool], the shortlist slots a filter
+  allows (None: all); the others are penalised (:func:`_penalise`) and read -1 in rankings.
   """
+  tools = sl.tools
+  if allowed is not None:
+    logits, pairs = _penalise(sl.logits, pairs, allowed, max_size)
+    sl = Shortlist(sl.tools, logits)
+    tools = jnp.where(allowed, sl.tools, _NO_ROW)  # the prior sees no set holding one
   table = enumeration.subset_table(k_pool, max_size)
   best = enumeration.best_subset(sl.logits, pairs, table, backend.name)
   # Members in ascending shortlist position, padding (K_pool) last.
   pos = jnp.sort(jnp.where(best.mask[:, 0], best.positions[:, 0], k_pool), axis=1)
   score, seen = best.scores[:, 0], None
   if prior is not None:
-    seen = set_prior.seen_sets(prior, query_emb, sl.tools, sl.logits, pairs, score, max_size)
+    seen = set_prior.seen_sets(prior, query_emb, tools, sl.logits, pairs, score, max_size)
     pos = jnp.where(seen.wins[:, None], seen.positions, pos)
     score = jnp.where(seen.wins, seen.score, score)
   valid = pos < k_pool
   set_tools = jnp.where(valid, jnp.take_along_axis(sl.tools, jnp.minimum(pos, k_pool - 1), 1), -1)
   set_tools, set_size = set_tools.astype(jnp.int32), jnp.sum(valid, 1).astype(jnp.int32)
-  return tuple(
-      Reranked(set_tools, set_size, score,
-               jnp.take_along_axis(sl.tools,
-                                   rank_tools(sl.logits, pairs, pos, r, max_size, backend,
-                                              seen),
-                                   axis=1).astype(jnp.int32))
-      for r in rankings)
+  return tuple(Reranked(set_tools, set_size, score,
+                        _rows(sl.tools, rank_tools(sl.logits, pairs, pos, r, max_size, backend,
+                                                   seen, allowed), allowed))
+               for r in rankings)
 
 
-def rerank(params: HysetParams, query_emb: jax.Array, sl: Shortlist, *, k_pool: int,
+def _rows(tools: jax.Array, order: jax.Array, allowed: jax.Array | None) -> jax.Array:
+  """Tool rows int32[Q, K] of shortlist positions ``order``; -1 at disallowed slots."""
+  rows = jnp.take_along_axis(tools, order, axis=1)
+  if allowed is not None:
+    rows = jnp.where(jnp.take_along_axis(allowed, order, axis=1), rows, -1)
+  return rows.astype(jnp.int32)
+
+
+def _slots(x: QueryInputs, tools: jax.Array) -> jax.Array | None:
+  """bool[Q, K]: which shortlist slots ``x.allowed`` allows (None without a filter)."""
+  return None if x.allowed is None else jnp.take_along_axis(x.allowed, tools, axis=1)
+
+
+def rerank(params: HysetParams, x: QueryInputs | jax.Array, sl: Shortlist, *, k_pool: int,
            max_size: int, method: enumeration.Method = enumeration.DEFAULT_METHOD,
            ranking: Ranking | None = None) -> Reranked:
   """Stage 2 (Eq. 14) and the tool ranking, from a shortlist.
 
   Args:
     params: θ; ``params.interactions`` must hold at least M − 1 matrices.
-    query_emb: f32[Q, d_r] (the query-conditioned set term needs it).
+    x: the queries (the query-conditioned set term and the prior read the embedding).
     sl: the shortlist of :func:`shortlist`.
     k_pool, max_size: K_pool, M.
     method: the enumeration implementation.
@@ -320,40 +416,43 @@ def rerank(params: HysetParams, query_emb: jax.Array, sl: Shortlist, *, k_pool: 
   Returns:
     Reranked.
   """
-  pairs = scoring.shortlist_pairs(truncate(params, max_size), query_emb, sl.tools)
+  x = query_inputs.of(x)
+  emb = x.embedding
+  pairs = scoring.shortlist_pairs(truncate(params, max_size), emb, sl.tools)
   return _stage2(sl, pairs, k_pool=k_pool, max_size=max_size,
                  backend=backends.get(method, k_pool, max_size),
                  rankings=(DEFAULT_RANKING if ranking is None else ranking,),
-                 prior=params.prior, query_emb=query_emb)[0]
+                 prior=params.prior, query_emb=emb, allowed=_slots(x, sl.tools))[0]
 
 
-def _prediction(sl: Shortlist, r: Reranked) -> Prediction:
-  return Prediction(shortlist=sl.tools, set_tools=r.set_tools, set_size=r.set_size,
+def _prediction(sl: Shortlist, r: Reranked, allowed: jax.Array | None = None) -> Prediction:
+  shortlist_rows = sl.tools if allowed is None else jnp.where(allowed, sl.tools, -1)
+  return Prediction(shortlist=shortlist_rows, set_tools=r.set_tools, set_size=r.set_size,
                     set_score=r.set_score, ranking=r.ranking)
 
 
 @functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "ranking"))
-def predict(params: HysetParams, query_emb: jax.Array, *, k1: int, k_pool: int, max_size: int,
-            method: enumeration.Method = enumeration.DEFAULT_METHOD,
-            ranking: Ranking | None = None, lexical: jax.Array | None = None) -> Prediction:
+def predict(params: HysetParams, x: QueryInputs | jax.Array, *, k1: int, k_pool: int,
+            max_size: int, method: enumeration.Method = enumeration.DEFAULT_METHOD,
+            ranking: Ranking | None = None) -> Prediction:
   """The full two-stage path for a batch of queries: :func:`shortlist`, then :func:`rerank`.
 
   Args:
     params: θ; ``params.interactions`` must hold at least M − 1 matrices (M_2..M_M are used).
-    query_emb: f32[Q, d_r].
+    x: the queries (:class:`QueryInputs`, or the f32[Q, d_r] embedding alone).
     k1, k_pool, max_size: K1, K_pool, M (validate with :func:`enumeration.validate_sizes`).
     method: the enumeration implementation.
     ranking: a :data:`hyset_jax.choices.RANKINGS` name; None means the model's default, which
       for bare θ is :data:`DEFAULT_RANKING`.
-    lexical: f32[Q, N] lexical scores, for a model with the lexical term (:func:`shortlist`).
 
   Returns:
     Prediction.
   """
   params = truncate(params, max_size)
-  sl = shortlist(params, query_emb, k1, k_pool, max_size, lexical)
-  return _prediction(sl, rerank(params, query_emb, sl, k_pool=k_pool, max_size=max_size,
-                                method=method, ranking=ranking))
+  x = query_inputs.of(x)
+  sl = shortlist(params, x, k1, k_pool, max_size)
+  return _prediction(sl, rerank(params, x, sl, k_pool=k_pool, max_size=max_size,
+                                method=method, ranking=ranking), _slots(x, sl.tools))
 
 
 def truncate(params: HysetParams, max_size: int) -> HysetParams:
@@ -430,30 +529,35 @@ def _query_side(params: HysetParams, query_emb: jax.Array) -> jax.Array:
   return scoring.query_tower(params.tower, query_emb)
 
 
-def stage1_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int,
-                    lexical: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+def stage1_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int
+                    ) -> tuple[jax.Array, jax.Array]:
   """Stage 1 from a prepared model: (ℓ f32[Q, N], the K1 tools of largest ℓ int32[Q, K1]);
-  ℓ' with the lexical term (``lexical``: f32[Q, N], :func:`scoring.with_lexical`)."""
-  logits = scoring.with_lexical(prep.params,
-                                _query_side(prep.params, query_emb) @ prep.logit_weights, lexical)
+  ℓ' with the lexical term (:func:`scoring.with_lexical`), -inf for a tool ``x.allowed`` rules
+  out."""
+  x = query_inputs.of(x)
+  logits = _masked(scoring.with_lexical(
+      prep.params, _query_side(prep.params, x.embedding) @ prep.logit_weights,
+      x.lexical_scores), x.allowed)
   return logits, jax.lax.top_k(logits, k1)[1]
 
 
 SCAN_CHUNK = 8  # queries per chunk of the expansion's full-scan fallback
 
 
-def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_pool: int,
-                       method: enumeration.Method | backends.Backend = enumeration.DEFAULT_METHOD,
-                       lexical: jax.Array | None = None) -> Shortlist:
+def shortlist_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int, k_pool: int,
+                       method: enumeration.Method | backends.Backend = enumeration.DEFAULT_METHOD
+                       ) -> Shortlist:
   """:func:`shortlist` from a prepared model: the same tools in the same order.
 
   The neighbour table answers the expansion when it is wide enough (W ≥ K_pool − 1); a batch
   in which some query has a boundary tie (:func:`neighbors.expand`) is scanned in full for
   those queries, so the answer is always the full scan's. The backend's ``expand`` kernel
   reads the table where it has one (native: :func:`hyset_jax.native.expand`, the same
-  answers); JAX otherwise.
+  answers); JAX otherwise. With a filter (``x.allowed``) the expansion always scans every
+  tool: the table's neighbours are the unfiltered ones.
   """
-  logits, s0 = stage1_prepared(prep, query_emb, k1, lexical)
+  x = query_inputs.of(x)
+  logits, s0 = stage1_prepared(prep, x, k1)
   n_ext = k_pool - k1
   z = prep.params.tool_embeddings
 
@@ -461,12 +565,16 @@ def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_poo
     # In chunks of queries: the branch's temporaries ([Q, N] several times over) would be
     # allocated on every call, taken or not (measured at N = 13,860, batch 256: 57 MB against
     # 14 MB without the branch, 6-8 ms of page faults per call).
+    if x.allowed is not None:
+      return enumeration.map_query_chunks(
+          lambda keyed, lg, s, a: _expand_scan(z, keyed, lg, s, n_ext, a), SCAN_CHUNK,
+          prep.keyed[s0, -1], logits, s0, x.allowed)
     return enumeration.map_query_chunks(
         lambda keyed, lg, s: _expand_scan(z, keyed, lg, s, n_ext), SCAN_CHUNK,
         prep.keyed[s0, -1], logits, s0)
 
   table = prep.neighbors
-  if table is None or table.ids.shape[1] < k_pool - 1:
+  if table is None or table.ids.shape[1] < k_pool - 1 or x.allowed is not None:
     extra = scan()
   else:
     expand = backends.get(method, k_pool).expand or neighbors.expand
@@ -481,7 +589,8 @@ def shortlist_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_poo
 PAIRS_CHUNK = 8  # queries per chunk of pair_matrices_prepared
 
 
-def pair_matrices_prepared(prep: PreparedModel, query_emb: jax.Array, tools: jax.Array,
+def pair_matrices_prepared(prep: PreparedModel, x: QueryInputs | jax.Array | None,
+                           tools: jax.Array,
                            method: enumeration.Method | backends.Backend
                            = enumeration.DEFAULT_METHOD) -> jax.Array:
   """G_m of each shortlist, f32[Q, M−1, K, K], from the precomputed Z M_m (K²·d per size).
@@ -492,7 +601,7 @@ def pair_matrices_prepared(prep: PreparedModel, query_emb: jax.Array, tools: jax
   :func:`hyset_jax.native.pair_matrices`, the upper triangle, mirrored); JAX otherwise.
   """
   if prep.params.conditioned is not None:
-    return scoring.shortlist_pairs(prep.params, query_emb, tools)
+    return scoring.shortlist_pairs(prep.params, query_inputs.of(x).embedding, tools)
   kernel = backends.get(method, tools.shape[1]).pair_matrices
   if kernel is not None:
     return kernel(prep.keyed, prep.params.tool_embeddings, tools)
@@ -506,58 +615,60 @@ def pair_matrices_prepared(prep: PreparedModel, query_emb: jax.Array, tools: jax
   return enumeration.map_query_chunks(chunk, PAIRS_CHUNK, tools)
 
 
-def _predict_prepared(prep: PreparedModel, query_emb: jax.Array, k1: int, k_pool: int,
+def _predict_prepared(prep: PreparedModel, x: QueryInputs, k1: int, k_pool: int,
                       max_size: int, method: enumeration.Method,
-                      rankings: tuple[Ranking, ...],
-                      lexical: jax.Array | None) -> tuple[Prediction, ...]:
+                      rankings: tuple[Ranking, ...]) -> tuple[Prediction, ...]:
   if max_size != prep.max_size:
     raise ValueError(f"the model was prepared for max_size {prep.max_size}, not {max_size}")
   backend = backends.get(method, k_pool, max_size)  # once, for every step
-  sl = shortlist_prepared(prep, query_emb, k1, k_pool, backend, lexical)
-  pairs = pair_matrices_prepared(prep, query_emb, sl.tools, backend)
-  return tuple(_prediction(sl, r) for r in _stage2(sl, pairs, k_pool=k_pool, max_size=max_size,
-                                                   backend=backend, rankings=rankings,
-                                                   prior=prep.params.prior, query_emb=query_emb))
+  x = query_inputs.of(x)
+  sl = shortlist_prepared(prep, x, k1, k_pool, backend)
+  pairs = pair_matrices_prepared(prep, x, sl.tools, backend)
+  allowed = _slots(x, sl.tools)
+  return tuple(_prediction(sl, r, allowed)
+               for r in _stage2(sl, pairs, k_pool=k_pool, max_size=max_size, backend=backend,
+                                rankings=rankings, prior=prep.params.prior,
+                                query_emb=x.embedding, allowed=allowed))
 
 
 @functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "ranking"))
-def predict_prepared(prep: PreparedModel, query_emb: jax.Array, *, k1: int, k_pool: int,
+def predict_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, *, k1: int, k_pool: int,
                      max_size: int, method: enumeration.Method = enumeration.DEFAULT_METHOD,
-                     ranking: Ranking | None = None,
-                     lexical: jax.Array | None = None) -> Prediction:
+                     ranking: Ranking | None = None) -> Prediction:
   """:func:`predict` from a prepared model (same outputs; see the module docstring).
 
   ``max_size`` must be the M the model was prepared for (its expansion uses M_M).
   """
-  return _predict_prepared(prep, query_emb, k1, k_pool, max_size, method,
-                           (DEFAULT_RANKING if ranking is None else ranking,), lexical)[0]
+  return _predict_prepared(prep, x, k1, k_pool, max_size, method,
+                           (DEFAULT_RANKING if ranking is None else ranking,))[0]
 
 
 @functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "rankings"))
-def predict_prepared_rankings(prep: PreparedModel, query_emb: jax.Array, *, k1: int,
+def predict_prepared_rankings(prep: PreparedModel, x: QueryInputs | jax.Array, *, k1: int,
                               k_pool: int, max_size: int, rankings: tuple[Ranking, ...],
-                              method: enumeration.Method = enumeration.DEFAULT_METHOD,
-                              lexical: jax.Array | None = None) -> tuple[Prediction, ...]:
+                              method: enumeration.Method = enumeration.DEFAULT_METHOD
+                              ) -> tuple[Prediction, ...]:
   """:func:`predict_prepared` for several ranking methods in one program: stage 1, the
   expansion and stage 2 run once, and the i-th Prediction ranks by ``rankings[i]`` (the other
   fields are the same in all). What choosing a ranking on validation data runs."""
-  return _predict_prepared(prep, query_emb, k1, k_pool, max_size, method, rankings, lexical)
+  return _predict_prepared(prep, x, k1, k_pool, max_size, method, rankings)
 
 
-def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *, k1: int,
+def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndarray, *, k1: int,
                     k_pool: int, max_size: int, batch_size: int = 256,
                     method: enumeration.Method = enumeration.DEFAULT_METHOD,
                     ranking: Ranking | None = None, progress: bool = False,
                     neighbor_table: bool | None = None,
-                    rankings: tuple[Ranking, ...] | None = None,
-                    lexical: np.ndarray | None = None
+                    rankings: tuple[Ranking, ...] | None = None
                     ) -> Prediction | tuple[Prediction, ...]:
   """:func:`predict_prepared` over any number of queries in fixed-size chunks (one compilation
   of :func:`predict_prepared_rankings`, which the single-ranking case runs with one name).
 
   Args:
     model: θ (prepared here) or a :class:`PreparedModel` (prepared with this ``max_size``).
-    query_emb: f32[Q, d_r].
+    x: the queries (:class:`QueryInputs` with what the model's terms need, e.g. the lexical
+      scores; an f32[Q, d_r] array is the embedding alone). ValueError when a term's input is
+      missing.
     k1, k_pool, max_size, method, ranking: as :func:`predict`.
     batch_size: queries per call; the last chunk is padded so every call has the same shape.
     progress: show a progress bar.
@@ -565,8 +676,6 @@ def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *
       pays for itself here (Q·K1 ≥ N: the table costs N²·d, a full scan N·K1·d per query).
     rankings: instead of ``ranking``, several methods at once
       (:func:`predict_prepared_rankings`: one stage 2 for all of them).
-    lexical: f32[Q, N] the queries' lexical scores, required for a model with the lexical
-      term (:mod:`hyset_jax.lexical`), ignored otherwise.
 
   Returns:
     Prediction of NumPy arrays; with ``rankings``, one per method, in that order.
@@ -577,12 +686,8 @@ def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *
   params = model.params if isinstance(model, PreparedModel) else model
   num_tools = int(params.tool_embeddings.shape[0])
   enumeration.validate_sizes(k_pool, max_size, k1=k1, num_tools=num_tools)
-  n = query_emb.shape[0]
-  if params.lexical_weight is None:
-    lexical = None
-  elif lexical is None or np.shape(lexical) != (n, num_tools):
-    raise ValueError(f"this model has a lexical term: lexical scores f32[{n}, {num_tools}] are "
-                     f"needed, got {None if lexical is None else np.shape(lexical)}")
+  x = query_inputs.check(query_inputs.of(x), params)
+  n = x.num_queries
   if not isinstance(model, PreparedModel):
     if neighbor_table is None:
       neighbor_table = n * k1 >= num_tools
@@ -594,16 +699,16 @@ def predict_batched(model: HysetParams | PreparedModel, query_emb: np.ndarray, *
     from tqdm import tqdm
     starts = tqdm(starts, desc="predict", unit="batch")
   for start in starts:
-    chunk = np.asarray(query_emb[start:start + batch_size], np.float32)
-    pad = batch_size - chunk.shape[0]
-    if pad:
-      chunk = np.concatenate([chunk, np.zeros((pad, chunk.shape[1]), np.float32)])
-    lex = None
-    if lexical is not None:
-      lex = np.asarray(lexical[start:start + batch_size], np.float32)
-      lex = np.concatenate([lex, np.zeros((pad, num_tools), np.float32)]) if pad else lex
-    out = predict_prepared_rankings(model, chunk, k1=k1, k_pool=k_pool, max_size=max_size,
-                                    method=method, rankings=names, lexical=lex)
+    pad = batch_size - min(batch_size, n - start)
+
+    def rows(a, start=start, pad=pad):  # this chunk's rows, padded to batch_size
+      a = np.asarray(a[start:start + batch_size])
+      # A filter's padding rows allow every tool (a row with none would be undefined).
+      dtype, fill = (bool, True) if a.dtype == bool else (np.float32, 0)
+      a = a.astype(dtype)
+      return np.concatenate([a, np.full((pad,) + a.shape[1:], fill, dtype)]) if pad else a
+    out = predict_prepared_rankings(model, jax.tree.map(rows, x), k1=k1, k_pool=k_pool,
+                                    max_size=max_size, method=method, rankings=names)
     chunks.append(jax.tree.map(lambda a, m=batch_size - pad: np.asarray(a)[:m], out))
   preds = tuple(Prediction(*(np.concatenate(parts) for parts in zip(*(c[i] for c in chunks))))
                 for i in range(len(names)))

@@ -36,6 +36,7 @@ from hyset_jax import lexical as lexical_lib
 from hyset_jax import model_format, terms
 from hyset_jax.errors import UserError
 from hyset_jax.inference import DEFAULT_RANKING
+from hyset_jax.query_inputs import QueryInputs
 from hyset_jax.scoring import HysetParams
 
 FORMAT = model_format.FORMAT
@@ -74,6 +75,13 @@ class ModelDir:
   def lexical_scores(self, queries) -> np.ndarray | None:
     """The lexical scores ``queries`` (texts) need under this model; None without the term."""
     return lexical_lib.query_scores(self.params.lexical_weight, self.lexical, queries)
+
+  def query_inputs(self, embeddings, texts=None) -> QueryInputs:
+    """What inference needs for these queries under this model: the embeddings f32[Q, d_r]
+    and each term's input (the lexical term scores the query ``texts``)."""
+    if self.lexical is not None and texts is None:
+      raise ValueError("this model has a lexical term: it needs the query texts")
+    return QueryInputs(embeddings, self.lexical_scores(texts) if self.lexical else None)
 
   def manifest(self) -> dict:
     return {"format": FORMAT, "terms": list(self.terms), "tool_ids": list(self.tool_ids),

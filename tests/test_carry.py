@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 
-from hyset_jax import carry, cli, modeldir, tooledit
+from hyset_jax import carry, cli, modeldir
 from hyset_jax.data.specs import load_dataset
 from hyset_jax.errors import UserError
 from hyset_jax.lexical import LexicalIndex

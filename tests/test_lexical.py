@@ -12,6 +12,7 @@ import pytest
 from hyset_jax import cli
 from hyset_jax import config as config_lib
 from hyset_jax import inference, model, modeldir, train
+from hyset_jax.query_inputs import QueryInputs
 from hyset_jax.data.types import ToolLibrary
 from hyset_jax.errors import UserError
 from hyset_jax.evaluation import choose_lexical, evaluate_split
@@ -62,13 +63,14 @@ def test_shortlist_and_best_set_are_exact_under_the_term(method):
                                     for q in range(10)])
   beta = np.float32(3.0)
   with_term = params._replace(lexical_weight=beta)
-  got = inference.predict(with_term, queries, k1=K1, k_pool=K, max_size=M, method=method,
-                          ranking="logit", lexical=lex)
+  x = QueryInputs(queries, lex)
+  got = inference.predict(with_term, x, k1=K1, k_pool=K, max_size=M, method=method,
+                          ranking="logit")
   plain = inference.predict(params, queries, k1=K1, k_pool=K, max_size=M, method=method,
                             ranking="logit")
   # The prepared path (hyset predict, serve) gives the same answers.
-  fast = inference.predict_batched(with_term, queries, k1=K1, k_pool=K, max_size=M, method=method,
-                                   ranking="logit", batch_size=4, lexical=lex)
+  fast = inference.predict_batched(with_term, x, k1=K1, k_pool=K, max_size=M, method=method,
+                                   ranking="logit", batch_size=4)
   for name in ("shortlist", "set_tools", "set_size", "ranking"):
     np.testing.assert_array_equal(np.asarray(getattr(got, name)), getattr(fast, name))
   np.testing.assert_allclose(np.asarray(got.set_score), fast.set_score, rtol=1e-5, atol=1e-5)
@@ -86,8 +88,8 @@ def test_shortlist_and_best_set_are_exact_under_the_term(method):
               != set(np.asarray(plain.shortlist[q]).tolist()))
   assert moved >= 3   # the term really moved shortlists
   # β = 0 is the model without the term; a model with the term refuses to run without scores.
-  zero = inference.predict(params._replace(lexical_weight=np.float32(0)), queries, k1=K1,
-                           k_pool=K, max_size=M, method=method, ranking="logit", lexical=lex)
+  zero = inference.predict(params._replace(lexical_weight=np.float32(0)), x, k1=K1,
+                           k_pool=K, max_size=M, method=method, ranking="logit")
   np.testing.assert_array_equal(np.asarray(zero.set_tools), np.asarray(plain.set_tools))
   with pytest.raises(ValueError, match="lexical term"):
     inference.predict_batched(with_term, queries, k1=K1, k_pool=K, max_size=M)
@@ -144,9 +146,10 @@ def test_training_chooses_the_term_and_predict_uses_it_on_real_bfcl(tmp_path, ca
   assert cli.main(["predict", "--model", str(tmp_path / "run"), "--queries", str(queries),
                    "--out", str(out)]) == 0
   rows = [json.loads(line) for line in out.read_text().splitlines()]
-  want = inference.predict_batched(best.params, test.embeddings[:3], k1=best.k1,
-                                   k_pool=best.k_pool, max_size=best.max_set_size,
-                                   ranking=best.ranking, lexical=best.lexical_scores(test.texts[:3]))
+  want = inference.predict_batched(best.params,
+                                   best.query_inputs(test.embeddings[:3], test.texts[:3]),
+                                   k1=best.k1, k_pool=best.k_pool, max_size=best.max_set_size,
+                                   ranking=best.ranking)
   assert [r["set"] for r in rows] == [[best.tool_ids[t] for t in s if t >= 0]
                                        for s in want.set_tools]
   emb = tmp_path / "emb.npy"
@@ -200,8 +203,8 @@ def test_the_server_scores_request_texts_with_the_term():
   server = Retriever(md, encode, [{"name": str(i)} for i in range(N)], max_batch=4)
   texts = [WORDS[1] + " and " + WORDS[7], WORDS[4], "no words in common zzz"]
   rows = server.retrieve_batch([(texts[:2], server.defaults), (texts[2:], server.defaults)])
-  want = inference.predict_batched(params, encode(texts), k1=K1, k_pool=K, max_size=M,
-                                   ranking="logit", lexical=md.lexical_scores(texts))
+  want = inference.predict_batched(params, md.query_inputs(encode(texts), texts), k1=K1,
+                                   k_pool=K, max_size=M, ranking="logit")
   got = [r for request in rows for r in request]
   assert [r["set"] for r in got] == [[str(t) for t in s if t >= 0] for s in want.set_tools]
   assert [r["ranking"] for r in got] == [[str(t) for t in s] for s in want.ranking]

@@ -49,8 +49,8 @@ def build(variant: str) -> modeldir.ModelDir:
 
 
 def want(md: modeldir.ModelDir, ranking: str = RANKING):
-  return inference.predict_batched(md.params, QUERIES, k1=K1, k_pool=K, max_size=M,
-                                   ranking=ranking, lexical=md.lexical_scores(QUERY_TEXTS))
+  return inference.predict_batched(md.params, md.query_inputs(QUERIES, QUERY_TEXTS), k1=K1,
+                                   k_pool=K, max_size=M, ranking=ranking)
 
 
 def ids_of(md, rows):

@@ -5,6 +5,12 @@ Output: one JSON object a line, in input order, with ``query_id``, ``set`` (tool
 contract is in docs/contracts.md. ``--tools SPEC`` carries the model onto another library first
 (hyset_jax.carry): tools it lacks get the tool encoder's embedding, as ``hyset tools add`` gives
 them, tools SPEC does not list are dropped, and stderr says how many of each.
+
+``--allow FILE`` / ``--deny FILE`` (one tool id a line; ``prefix*`` for every id starting
+with ``prefix``; blank lines and ``#`` comments skipped) limit the answers to the allowed tools
+before retrieval: the set is the exact best set over them. When fewer tools are allowed than
+the shortlist holds, ``ranking`` and ``shortlist`` list only the allowed ones. An id the
+library lacks, or lists that allow no tool, exit 2.
 """
 from __future__ import annotations
 
@@ -49,8 +55,35 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--ranking", choices=choices.RANKINGS, default=None,
                  help="how the shortlist is ranked (default: the model's, else "
                       f"{choices.DEFAULT_RANKING}); the set is the same under every ranking")
+  p.add_argument("--allow", metavar="FILE",
+                 help="answer with these tools only (one id a line; prefix* for a prefix)")
+  p.add_argument("--deny", metavar="FILE",
+                 help="never answer with these tools (one id a line; prefix* for a prefix)")
   p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
   p.set_defaults(func=run)
+
+
+def allowed_tools(tool_ids, allow: str | None, deny: str | None) -> np.ndarray | None:
+  """bool[N] from ``--allow`` / ``--deny`` files (None: neither given); UserError naming the
+  flag, the file and the entry for an id the library lacks, or for lists allowing nothing."""
+  from hyset_jax import filters
+  if not allow and not deny:
+    return None
+  index = filters.FilterIndex(tool_ids)
+  masks = []
+  for flag, path in (("--allow", allow), ("--deny", deny)):
+    if not path:
+      continue
+    ids = filters.read_id_file(path, flag)
+    try:
+      mask = index.mask(filters.ToolFilter(allow=ids), "list", require=False)
+    except filters.FilterError as e:
+      raise UserError(f"{flag} {path}: {e.message}") from None
+    masks.append(mask if flag == "--allow" else ~mask)
+  out = filters.intersect(*masks)
+  if not out.any():
+    raise UserError(f"--allow/--deny allow none of the library's {len(tool_ids)} tools")
+  return out
 
 
 def load_query_embeddings(path: str | pathlib.Path, dim: int) -> np.ndarray:
@@ -117,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
   tool_inputs = input_paths(args.tools) if args.tools else ()
   out = io_utils.output_file(args.out, args.force,
                             inputs=(args.model, args.queries, args.query_embeddings,
-                                    *tool_inputs))
+                                    args.allow, args.deny, *tool_inputs))
   from hyset_jax.modeldir import best_model_dir
   model_path = best_model_dir(args.model)
   model = modeldir.load_model_dir(model_path)
@@ -126,27 +159,29 @@ def run(args: argparse.Namespace) -> int:
     from hyset_jax.data.specs import load_dataset
     model = carry_onto(model, load_dataset(args.tools).tools, args.tools)
   k1, k_pool, max_size = resolve_overrides(model, args.k1, args.k_pool, args.max_size)
-  lexical = None
   if args.query_embeddings:
     if model.lexical is not None:
       raise UserError(f"{model_path}: this model has a lexical term (BM25 over the tool texts), "
                       f"which needs the query texts: pass --queries, not "
                       f"--query-embeddings")
     emb = load_query_embeddings(args.query_embeddings, model.params.projection.shape[0])
-    query_ids = [str(i) for i in range(emb.shape[0])]
+    query_ids, x = [str(i) for i in range(emb.shape[0])], model.query_inputs(emb)
   else:
     query_ids, emb, texts = encode_queries(args.queries, model.query_encoder,
                                            model.params.projection.shape[0])
-    lexical = model.lexical_scores(texts)
+    x = model.query_inputs(emb, texts)
+  allowed = allowed_tools(model.tool_ids, args.allow, args.deny)
+  if allowed is not None:
+    x = x._replace(allowed=np.broadcast_to(allowed, (emb.shape[0], allowed.size)))
   # The fast path: per-model products and the expansion's neighbour table, cached beside the
   # model directory (built once per model, N²·d flops; keyed by Z, so a carried model's table
   # is its own file there).
   prepared = inference.prepare(model.params, max_size=max_size, k_pool=k_pool,
                                cache_dir=neighbors.cache_dir_beside(model_path),
                                progress=len(model.tool_ids) > 20_000)
-  pred = inference.predict_batched(prepared, emb, k1=k1, k_pool=k_pool, max_size=max_size,
+  pred = inference.predict_batched(prepared, x, k1=k1, k_pool=k_pool, max_size=max_size,
                                    batch_size=args.batch_size, method=args.method,
-                                   ranking=args.ranking or model.ranking, lexical=lexical,
+                                   ranking=args.ranking or model.ranking,
                                    progress=emb.shape[0] > 4 * args.batch_size)
   ids = model.tool_ids
   with io_utils.atomic_write(out) as f:
@@ -155,8 +190,9 @@ def run(args: argparse.Namespace) -> int:
           "query_id": qid,
           "set": [ids[t] for t in pred.set_tools[q] if t >= 0],
           "set_score": float(pred.set_score[q]),
-          "ranking": [ids[t] for t in pred.ranking[q]],
-          "shortlist": [ids[t] for t in pred.shortlist[q]],
+          # -1: a slot a filter left to a disallowed tool (fewer allowed than K_pool).
+          "ranking": [ids[t] for t in pred.ranking[q] if t >= 0],
+          "shortlist": [ids[t] for t in pred.shortlist[q] if t >= 0],
       }
       f.write(json.dumps(row, ensure_ascii=False) + "\n")
   print(f"wrote {len(query_ids)} predictions to {out}")

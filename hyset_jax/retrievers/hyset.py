@@ -55,10 +55,11 @@ class HysetRetriever:
     check_depth(depth)
     from hyset_jax.inference import predict_batched
     from hyset_jax.lexical import query_scores
-    out = predict_batched(self.params, embed(self.encoder, queries),
-                          k1=self.k1, k_pool=self.k_pool, max_size=self.max_size,
-                          ranking=self.ranking,
-                          lexical=query_scores(self.params.lexical_weight, self.lexical, queries))
+    from hyset_jax.query_inputs import QueryInputs
+    x = QueryInputs(embed(self.encoder, queries),
+                    query_scores(self.params.lexical_weight, self.lexical, queries))
+    out = predict_batched(self.params, x, k1=self.k1, k_pool=self.k_pool,
+                          max_size=self.max_size, ranking=self.ranking)
     ids = np.asarray(self.tool_ids, dtype=object)
     rankings = [ids[row[:depth]].tolist() for row in np.asarray(out.ranking)]
     # set_tools is padded with -1 after the set_size members.
