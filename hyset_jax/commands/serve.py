@@ -3,13 +3,20 @@
 HTTP (default)::
 
   POST /v1/retrieve   {"query": "..."} | {"queries": [...]}, optional max_size, k_pool, ranking
-  GET  /v1/tools      the tool library
+  GET  /v1/tools      the tool library and its catalogue version
+  POST /v1/tools      {"add": [definition, ...], "remove": [id, ...]}: change the library while
+                      serving (atomic; an added id that exists is updated)
   GET  /healthz       status, sizes, batching counters
   GET  /docs          OpenAPI documentation
 
 MCP (--mcp stdio | --mcp http): one tool, ``search_tools(query)``, whose structured result is
 the retrieved set with each tool's name, description and input schema; ``http`` serves MCP's
-streamable HTTP transport at /mcp on --host/--port.
+streamable HTTP transport at /mcp on --host/--port. --mcp-update-tools adds a second tool,
+``update_tools(add, remove)``, doing what POST /v1/tools does.
+
+Catalogue updates re-index the model in memory; the model directory on disk is left as it was
+unless --persist DIR names a directory each update writes the edited model to (atomically; an
+existing directory that is not a model directory is refused at start-up).
 
 Tool definitions (names, descriptions, schemas) come from --tools SPEC (any data spec, e.g.
 mcp:tools.json, openai:tools.json; repeatable, later ones win), else from the training run's
@@ -66,6 +73,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                       "first requests)")
   p.add_argument("--shutdown-timeout", type=float, default=30.0,
                  help="seconds to finish requests in flight after SIGTERM (default 30)")
+  p.add_argument("--persist", metavar="DIR",
+                 help="write the edited model directory here after each catalogue update "
+                      "(default: updates live in memory only; never the --model directory)")
+  p.add_argument("--mcp-update-tools", action="store_true",
+                 help="with --mcp: also offer the update_tools tool (off by default: MCP "
+                      "tools are offered to the model itself)")
   p.set_defaults(func=run)
 
 
@@ -99,12 +112,26 @@ def warn_if_exposed(host: str) -> None:
           f"clients, or use --host 127.0.0.1", file=sys.stderr)
 
 
+def check_persist(out: str, model: str):
+  """The --persist directory, checked before anything loads, with the output rules of every
+  command (:mod:`hyset_jax.io_utils`): a new or empty directory, or an earlier model directory
+  (it is replaced at each update, as with --force); never another non-empty folder, and never
+  the served model directory or one holding it (an output is never an input)."""
+  from hyset_jax import io_utils
+  from hyset_jax.modeldir import MANIFEST_FILE, best_model_dir
+  return io_utils.output_dir(out, True, marker=MANIFEST_FILE, inputs=[best_model_dir(model)],
+                             flag="--persist", what="model directory")
+
+
 def run(args: argparse.Namespace) -> int:
   if not 0 <= args.max_wait_ms < math.inf:  # written so that nan is refused too
     raise UserError(f"--max-wait-ms must be ≥ 0 and finite, got {args.max_wait_ms}")
   if not 0 < args.request_timeout < math.inf:
     raise UserError(f"--request-timeout must be > 0 seconds and finite, got "
                     f"{args.request_timeout}")
+  if args.mcp_update_tools and not args.mcp:
+    raise UserError("--mcp-update-tools needs --mcp (the HTTP API has POST /v1/tools)")
+  persist = check_persist(args.persist, args.model) if args.persist else None
   if args.mcp != "stdio":
     check_port(args.host, args.port)
     warn_if_exposed(args.host)
@@ -118,14 +145,16 @@ def run(args: argparse.Namespace) -> int:
     from hyset_jax.serve.mcp_server import run_mcp
     run_mcp(retriever, transport=args.mcp, host=args.host, port=args.port,
             max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
-            request_timeout_s=args.request_timeout)
+            request_timeout_s=args.request_timeout, update_tool=args.mcp_update_tools,
+            warm_up=args.warm_up, persist=persist)
     return 0
   import uvicorn
 
   from hyset_jax.serve.app import create_app
   app = create_app(retriever, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                    max_body_bytes=args.max_body_bytes, max_queries=args.max_queries,
-                   request_timeout_s=args.request_timeout)
+                   request_timeout_s=args.request_timeout, warm_up=args.warm_up,
+                   persist=persist)
   config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
                           timeout_graceful_shutdown=args.shutdown_timeout)
   uvicorn.Server(config).run()

@@ -3,7 +3,9 @@
 =========================  =========================================================
 ``POST /v1/retrieve``      ``{"query": "..."}`` or ``{"queries": [...]}``, optional
                            ``max_size``, ``k_pool``, ``ranking`` -> ``{"results": [...]}``
-``GET /v1/tools``          the model's tool library: ``{"tools": [definition, ...]}``
+``GET /v1/tools``          the tool library: ``{"version", "count", "tools": [definition, ...]}``
+``POST /v1/tools``         ``{"add": [definition, ...], "remove": [id, ...]}``: change the
+                           library while serving (:mod:`.catalogue`; atomic, versioned)
 ``GET /healthz``           ``{"status": "ok", ...}``: model sizes, batching counters
 ``GET /docs``              OpenAPI documentation (``/openapi.json``)
 =========================  =========================================================
@@ -33,6 +35,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
 from hyset_jax.serve.batching import MicroBatcher
+from hyset_jax.serve.catalogue import (Catalogue, Ticket, ToolIn, UpdateRequest, batch_key,
+                                       run_batch)
 from hyset_jax.serve.retriever import RANKINGS, FieldError, Retriever, check_text
 
 log = logging.getLogger("hyset.serve")
@@ -67,6 +71,23 @@ class Result(BaseModel):
 
 class RetrieveResponse(BaseModel):
   results: list[Result]
+  catalogue_version: int = Field(description="the library version that answered")
+
+
+class ChangedIds(BaseModel):
+  added: list[str]
+  updated: list[str]
+  removed: list[str]
+
+
+class UpdateResponse(BaseModel):
+  version: int = Field(description="the new catalogue version (the start-up library is 1)")
+  count: int = Field(description="tools in the new library")
+  previous_count: int
+  added: int
+  updated: int = Field(description="ids in 'add' that were in the library (redefined)")
+  removed: int
+  ids: ChangedIds
 
 
 class ErrorBody(BaseModel):
@@ -134,25 +155,71 @@ class BodyLimit:
 
 def create_app(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float = 5.0,
                max_body_bytes: int = 1 << 20, max_queries: int = 256,
-               request_timeout_s: float = 30.0) -> FastAPI:
+               request_timeout_s: float = 30.0, warm_up: bool = True,
+               persist=None) -> FastAPI:
   """The FastAPI app; the micro-batcher starts and drains with the app's lifespan.
 
   Limits (each a ``hyset serve`` flag): ``max_body_bytes`` (413), ``max_queries`` texts per
   request (422, field ``queries``), ``request_timeout_s`` from the body's arrival to the
-  answer (503; the request leaves the queue, so a stalled device does not pile up work)."""
-  batcher = MicroBatcher(retriever.retrieve_batch, max_batch=max_batch,
-                         max_wait_s=max_wait_ms / 1000)
+  answer (503; the request leaves the queue, so a stalled device does not pile up work).
+  ``warm_up`` and ``persist``: for libraries that ``POST /v1/tools`` builds
+  (:class:`.catalogue.Catalogue`)."""
+  catalogue = Catalogue(retriever, warm_up=warm_up, persist=persist)
+  batcher = MicroBatcher(run_batch, max_batch=max_batch, max_wait_s=max_wait_ms / 1000,
+                         key=batch_key)
 
   @contextlib.asynccontextmanager
   async def lifespan(app: FastAPI):
     await batcher.start()
     yield
     await batcher.stop()  # after uvicorn has answered every request in flight
+    catalogue.close()
 
   app = FastAPI(title="hyset", lifespan=lifespan, default_response_class=Json,
                 description="Set-level tool retrieval (HYSET): the best tool set for a request.")
   app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
   app.state.batcher = batcher
+  app.state.catalogue = catalogue
+
+  _add_error_handlers(app)
+
+  @app.post("/v1/retrieve", response_model=RetrieveResponse,
+            responses={400: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
+                       422: {"model": ErrorResponse}})
+  async def retrieve(request: RetrieveRequest):
+    """The best tool set, ranking and shortlist for each query (as `hyset predict`)."""
+    snapshot = catalogue.current  # this request's library, whatever updates come meanwhile
+    try:
+      texts = _texts(request, max_queries)
+      options = snapshot.retriever.options(request.max_size, request.k_pool, request.ranking)
+    except FieldError as e:
+      return error(422, e.field, e.message)
+    try:
+      # wait_for cancels the request's future on timeout: the batcher skips it if not yet run.
+      results = await asyncio.wait_for(batcher.submit(texts, Ticket(snapshot, options)),
+                                       request_timeout_s)
+    except asyncio.TimeoutError:
+      return error(503, None, f"the request was not answered within the server's limit of "
+                              f"{request_timeout_s:g} s (--request-timeout); retry later")
+    return Json({"results": results, "catalogue_version": snapshot.version})
+
+  _add_catalogue_routes(app, catalogue, batcher)
+
+  @app.get("/healthz")
+  async def healthz():
+    snapshot = catalogue.current
+    r = snapshot.retriever
+    m = r.model
+    return {"status": "ok", "tools": r.num_tools, "catalogue_version": snapshot.version,
+            "max_set_size": m.max_set_size, "k1": m.k1, "k_pool": m.k_pool,
+            "query_encoder": m.query_encoder, "rankings": list(r.rankings),
+            "batching": batcher.stats.as_dict()}
+
+  return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+  """Every error as ``{"error": {"field", "message"}}``; a 500 with a request id only."""
 
   @app.exception_handler(RequestValidationError)
   async def invalid(request, exc: RequestValidationError):
@@ -161,8 +228,7 @@ def create_app(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float 
       return error(400, "body", f"the body is not valid JSON ({first.get('msg')})")
     field = _field(tuple(first.get("loc", ("body",))))
     if first.get("type") == "extra_forbidden":
-      return error(422, field, f"unknown field; expected query or queries, and optionally "
-                               f"max_size, k_pool, ranking")
+      return error(422, field, f"unknown field; expected {_expected(request.url.path, field)}")
     return error(422, field, str(first.get("msg")))
 
   @app.exception_handler(HTTPException)
@@ -179,37 +245,36 @@ def create_app(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float 
     return error(500, None, f"internal error (request id {request_id}; the details are in "
                             f"the server's log)", request_id=request_id)
 
-  @app.post("/v1/retrieve", response_model=RetrieveResponse,
-            responses={400: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
-                       422: {"model": ErrorResponse}})
-  async def retrieve(request: RetrieveRequest):
-    """The best tool set, ranking and shortlist for each query (as `hyset predict`)."""
-    try:
-      texts = _texts(request, max_queries)
-      options = retriever.options(request.max_size, request.k_pool, request.ranking)
-    except FieldError as e:
-      return error(422, e.field, e.message)
-    try:
-      # wait_for cancels the request's future on timeout: the batcher skips it if not yet run.
-      results = await asyncio.wait_for(batcher.submit(texts, options), request_timeout_s)
-    except asyncio.TimeoutError:
-      return error(503, None, f"the request was not answered within the server's limit of "
-                              f"{request_timeout_s:g} s (--request-timeout); retry later")
-    return Json({"results": results})
+
+def _add_catalogue_routes(app: FastAPI, catalogue: Catalogue, batcher: MicroBatcher) -> None:
+  """``GET /v1/tools`` (the library and its version) and ``POST /v1/tools`` (change it)."""
 
   @app.get("/v1/tools")
   async def tools():
-    """The model's tool library, in row order."""
-    return Json({"count": retriever.num_tools, "tools": retriever.definitions})
+    """The tool library, in the model's row order, and its catalogue version."""
+    snapshot = catalogue.current
+    r = snapshot.retriever
+    return Json({"version": snapshot.version, "count": r.num_tools, "tools": r.definitions})
 
-  @app.get("/healthz")
-  async def healthz():
-    m = retriever.model
-    return {"status": "ok", "tools": retriever.num_tools, "max_set_size": m.max_set_size,
-            "k1": m.k1, "k_pool": m.k_pool, "query_encoder": m.query_encoder,
-            "rankings": list(retriever.rankings), "batching": batcher.stats.as_dict()}
+  @app.post("/v1/tools", response_model=UpdateResponse,
+            responses={400: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
+                       422: {"model": ErrorResponse}})
+  async def update_tools(request: UpdateRequest):
+    """Add, update (an added id that exists) and remove tools while serving, atomically:
+    requests in flight finish on the old library, later ones see the new one."""
+    try:
+      return Json(await catalogue.update(request.add, request.remove, batcher))
+    except FieldError as e:
+      return error(422, e.field, e.message)
 
-  return app
+
+def _expected(path: str, field: str) -> str:
+  """The fields a request body may hold where ``field`` was found (for an unknown field)."""
+  if path == "/v1/tools":
+    if field.startswith("add["):
+      return ", ".join(ToolIn.model_fields)
+    return "add and/or remove"
+  return "query or queries, and optionally max_size, k_pool, ranking"
 
 
 def _texts(request: RetrieveRequest, max_queries: int) -> list[str]:

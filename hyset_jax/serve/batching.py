@@ -9,6 +9,12 @@ most ``max_wait_s``.
 
 A request larger than ``max_batch`` is a batch of its own. An exception in ``run`` fails the
 requests of that batch only; the worker carries on.
+
+With ``key``, a batch holds only requests of one key: a request whose key differs from the
+batch's first ends the batch and starts the next. The server keys requests by the catalogue
+snapshot they were validated against, so a batch never mixes two tool libraries while the
+catalogue changes (:mod:`hyset_jax.serve.catalogue`). :meth:`MicroBatcher.call` runs other
+work (a catalogue update's encoder call) on the batches' own thread, between two batches.
 """
 from __future__ import annotations
 
@@ -51,13 +57,16 @@ class MicroBatcher:
       on one thread, never twice at once.
     max_batch: most queries (texts) per call.
     max_wait_s: longest a request waits for others to join it.
+    key: options -> a batch key; only requests whose keys are the same object share a batch
+      (None: any requests may).
   """
 
   def __init__(self, run: Callable[[list[tuple[Sequence[str], Any]]], list[Any]], *,
-               max_batch: int, max_wait_s: float):
+               max_batch: int, max_wait_s: float, key: Callable[[Any], Any] | None = None):
     if max_batch < 1 or max_wait_s < 0:
       raise ValueError("max_batch must be ≥ 1 and max_wait_s ≥ 0")
     self._run = run
+    self._key = key
     self.max_batch = max_batch
     self.max_wait_s = max_wait_s
     self.stats = BatchStats()
@@ -78,6 +87,15 @@ class MicroBatcher:
       await self._worker
       self._worker = None
     self._executor.shutdown(wait=True)
+
+  async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` on the batches' thread: never at the same time as a batch (the encoder and
+    its tokenizer are used from that one thread only)."""
+    return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+  def _joins(self, batch: list[_Job], job: _Job) -> bool:
+    """Whether ``job`` may share ``batch`` (same key as its first request)."""
+    return self._key is None or self._key(job.options) is self._key(batch[0].options)
 
   async def submit(self, texts: Sequence[str], options: Any) -> Any:
     """The result of ``run`` for this request, once its batch has run."""
@@ -123,7 +141,7 @@ class MicroBatcher:
         if job is None:
           stopping = True  # answer this batch, then stop
           break
-        if size + len(job.texts) > self.max_batch:
+        if size + len(job.texts) > self.max_batch or not self._joins(batch, job):
           self._carry = job
           break
         batch.append(job)

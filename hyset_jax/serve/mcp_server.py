@@ -10,6 +10,13 @@ and a call not answered within ``request_timeout_s`` is a tool error saying so.
 
 Calls share the HTTP server's micro-batcher design: concurrent calls (streamable HTTP serves
 many clients) are answered by one device call.
+
+With ``update_tool`` (``hyset serve --mcp … --mcp-update-tools``) a second tool,
+``update_tools(add, remove)``, changes the library as ``POST /v1/tools`` does (the same
+:class:`~hyset_jax.serve.catalogue.Catalogue`: atomic, versioned, ``--persist``). It is off by
+default because an MCP server's tools are offered to the model itself: a catalogue change is
+an operator's decision, which text a model reads (a prompt injection) should not be able to
+make.
 """
 from __future__ import annotations
 
@@ -21,12 +28,14 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from hyset_jax.serve.batching import MicroBatcher
+from hyset_jax.serve.catalogue import Catalogue, Ticket, ToolIn, batch_key, run_batch
 from hyset_jax.serve.retriever import FieldError, Retriever, check_text
 
 log = logging.getLogger("hyset.serve")
 
 SERVER_NAME = "hyset"
 TOOL_NAME = "search_tools"
+UPDATE_TOOL_NAME = "update_tools"
 # MCP requires an object schema; a tool the library gave no schema takes no declared input.
 EMPTY_SCHEMA = {"type": "object", "properties": {}}
 
@@ -42,7 +51,8 @@ class SearchResult(BaseModel):
   tools: list[RetrievedTool] = Field(description="the retrieved set: the tools to use together")
   set_score: float = Field(description="the set's score F(x, E)")
   ranking: list[str] = Field(description="the shortlist's tool ids, best first, by the model's "
-                                         "ranking method (greedy, logit, set-first, set-mean or set-max)")
+                                         "ranking method (greedy, logit, set-first, set-mean "
+                                         "or set-max)")
 
 
 def mcp_tool(definition: dict) -> RetrievedTool:
@@ -53,14 +63,36 @@ def mcp_tool(definition: dict) -> RetrievedTool:
                        inputSchema=schema if isinstance(schema, dict) and schema else EMPTY_SCHEMA)
 
 
+class UpdateResult(BaseModel):
+  version: int = Field(description="the new catalogue version (the start-up library is 1)")
+  count: int = Field(description="tools in the new library")
+  previous_count: int
+  added: int
+  updated: int
+  removed: int
+  ids: dict[str, list[str]] = Field(description="the ids added, updated and removed")
+
+
+def internal_error(what: str, e: Exception):
+  """A ToolError saying only "internal error" and a request id; the details go to the log."""
+  from mcp.server.mcpserver.exceptions import ToolError
+  request_id = uuid.uuid4().hex[:16]
+  log.error("%s failed (request id %s)", what, request_id, exc_info=e)
+  return ToolError(f"internal error (request id {request_id}; the details are in the "
+                   f"server's log)")
+
+
 def build_server(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float = 5.0,
-                 request_timeout_s: float = 30.0):
-  """An ``MCPServer`` with the ``search_tools`` tool over ``retriever``."""
+                 request_timeout_s: float = 30.0, update_tool: bool = False,
+                 warm_up: bool = True, persist=None):
+  """An ``MCPServer`` with the ``search_tools`` tool over ``retriever`` (and ``update_tools``
+  with ``update_tool``; ``warm_up``, ``persist``: as :class:`.catalogue.Catalogue`'s)."""
   from mcp.server.mcpserver import MCPServer
   from mcp.server.mcpserver.exceptions import ToolError
 
-  batcher = MicroBatcher(retriever.retrieve_batch, max_batch=max_batch,
-                         max_wait_s=max_wait_ms / 1000)
+  catalogue = Catalogue(retriever, warm_up=warm_up, persist=persist)
+  batcher = MicroBatcher(run_batch, max_batch=max_batch, max_wait_s=max_wait_ms / 1000,
+                         key=batch_key)
   server = MCPServer(SERVER_NAME, instructions=(
       "Call search_tools with the user's request to get the set of tools that together "
       "accomplish it, with their input schemas."))
@@ -73,38 +105,54 @@ def build_server(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: floa
   async def search_tools(query: str, max_size: int | None = None) -> SearchResult:
     if not query.strip():
       raise ToolError("query: is empty; expected the request text")
+    snapshot = catalogue.current  # this call's library, whatever updates come meanwhile
     try:
       check_text("query", query)
-      options = retriever.options(max_size=max_size)
+      options = snapshot.retriever.options(max_size=max_size)
     except FieldError as e:
       raise ToolError(str(e)) from None
     try:
-      row, = await asyncio.wait_for(batcher.submit([query], options), request_timeout_s)
+      row, = await asyncio.wait_for(batcher.submit([query], Ticket(snapshot, options)),
+                                    request_timeout_s)
     except asyncio.TimeoutError:
       raise ToolError(f"the call was not answered within the server's limit of "
                       f"{request_timeout_s:g} s; retry later") from None
     except Exception as e:  # noqa: BLE001 - the SDK would put the exception's text in the reply
-      request_id = uuid.uuid4().hex[:16]
-      log.error("search_tools failed (request id %s)", request_id, exc_info=e)
-      raise ToolError(f"internal error (request id {request_id}; the details are in the "
-                      f"server's log)") from None
+      raise internal_error(TOOL_NAME, e) from None
     return SearchResult(tools=[mcp_tool(d) for d in row["tools"]], set_score=row["set_score"],
                         ranking=row["ranking"])
+
+  if update_tool:
+    @server.tool(name=UPDATE_TOOL_NAME, structured_output=True, description=(
+        "Change the tool library searched by search_tools: add: tool definitions "
+        "({id, name, description, parameters}; an id already in the library is updated); "
+        "remove: tool ids. Atomic: calls in flight finish on the old library."))
+    async def update_tools(add: list[ToolIn] | None = None,
+                           remove: list[str] | None = None) -> UpdateResult:
+      try:
+        return UpdateResult(**await catalogue.update(add, remove, batcher))
+      except FieldError as e:
+        raise ToolError(str(e)) from None
+      except Exception as e:  # noqa: BLE001 - as in search_tools
+        raise internal_error(UPDATE_TOOL_NAME, e) from None
 
   @server.custom_route("/healthz", methods=["GET"])
   async def healthz(request):  # streamable HTTP only: a probe for orchestrators and tests
     from starlette.responses import JSONResponse
-    return JSONResponse({"status": "ok", "tools": retriever.num_tools, "mcp_tool": TOOL_NAME})
+    snapshot = catalogue.current
+    return JSONResponse({"status": "ok", "tools": snapshot.retriever.num_tools,
+                         "catalogue_version": snapshot.version, "mcp_tool": TOOL_NAME})
 
   return server
 
 
 def run_mcp(retriever: Retriever, *, transport: str, host: str = "127.0.0.1", port: int = 8080,
-            max_batch: int = 64, max_wait_ms: float = 5.0,
-            request_timeout_s: float = 30.0) -> None:
+            max_batch: int = 64, max_wait_ms: float = 5.0, request_timeout_s: float = 30.0,
+            update_tool: bool = False, warm_up: bool = True, persist=None) -> None:
   """Serve until the client hangs up (stdio) or SIGTERM/Ctrl-C (streamable HTTP at /mcp)."""
   server = build_server(retriever, max_batch=max_batch, max_wait_ms=max_wait_ms,
-                        request_timeout_s=request_timeout_s)
+                        request_timeout_s=request_timeout_s, update_tool=update_tool,
+                        warm_up=warm_up, persist=persist)
   if transport == "stdio":
     server.run("stdio")
   else:

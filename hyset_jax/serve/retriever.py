@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from hyset_jax import choices, inference, terms
+from hyset_jax.query_inputs import QueryInputs
 from hyset_jax.data.tooltext import definition
 from hyset_jax.errors import UserError
 
@@ -94,11 +95,15 @@ class Retriever:
     max_batch: the largest device batch; smaller batches are padded to a power of two, so
       at most log2(max_batch) + 1 shapes compile per option set.
     cache_dir: where the neighbour tables are cached (None: built in memory only).
+    sentence_encoder: the loaded encoder behind ``encode``, when there is one: a catalogue
+      update embeds new tools with it rather than loading it again
+      (:func:`hyset_jax.serve.catalogue.tool_embedder`).
   """
 
   def __init__(self, model, encode: Callable[[list[str]], np.ndarray], definitions: list[dict],
                *, method: str = choices.DEFAULT_METHOD, max_batch: int = 64,
-               warm_texts: Sequence[str] = ("warm up",), cache_dir=None):
+               warm_texts: Sequence[str] = ("warm up",), cache_dir=None,
+               sentence_encoder=None):
     if len(definitions) != len(model.tool_ids):
       raise ValueError("one definition per tool expected")
     self.model = model
@@ -113,7 +118,22 @@ class Retriever:
     self.defaults = Options(model.max_set_size, model.k_pool, self.default_ranking)
     self.warm_texts = list(warm_texts)
     self.cache_dir = cache_dir
+    self.sentence_encoder = sentence_encoder
     self._prepared: dict[int, inference.PreparedModel] = {}
+
+  def with_library(self, model, definitions: list[dict]) -> Retriever:
+    """This retriever's encoder and settings over ``model``, an edited copy of its model.
+
+    Nothing is prepared yet. Neighbour tables are built in memory: a cache beside the source
+    model directory is keyed by Z, and an edited library's tables do not belong there."""
+    return Retriever(model, self.encode, definitions, method=self.method,
+                     max_batch=self.max_batch, warm_texts=self.warm_texts, cache_dir=None,
+                     sentence_encoder=self.sentence_encoder)
+
+  @property
+  def prepared_sizes(self) -> tuple[int, ...]:
+    """The set-size limits prepared so far (a successor prepares the same ones)."""
+    return tuple(self._prepared)
 
   @property
   def num_tools(self) -> int:
@@ -170,10 +190,11 @@ class Retriever:
         raise ValueError("this model has a lexical term: pass the queries' lexical scores "
                          "(ModelDir.lexical_scores of their texts)")
       lexical = np.concatenate([lexical, np.zeros((pad, self.num_tools), np.float32)])
-    pred = inference.predict_batched(self.prepared(options.max_size), emb, k1=self.model.k1,
+    pred = inference.predict_batched(self.prepared(options.max_size),
+                                     QueryInputs(emb, lexical), k1=self.model.k1,
                                      k_pool=options.k_pool, max_size=options.max_size,
                                      batch_size=bucket, method=self.method,
-                                     ranking=options.ranking, lexical=lexical)
+                                     ranking=options.ranking)
     ids, defs = self.model.tool_ids, self.definitions
     rows = []
     for q in range(n):
@@ -208,9 +229,11 @@ class Retriever:
         k += size
     return out
 
-  def warm_up(self) -> None:
-    """Prepare the model, compile the default options for every batch bucket and the
-    encoder for the usual query lengths, so that no request waits for a compilation."""
+  def warm_up(self, encoder: bool = True) -> None:
+    """Prepare the model, compile the default options for every batch bucket and (with
+    ``encoder``) the encoder for the usual query lengths, so that no request waits for a
+    compilation. A catalogue update warms its new library with ``encoder=False``: the encoder
+    is shared and already warm."""
     d = self.query_dim
     size = 1
     while True:
@@ -221,7 +244,8 @@ class Retriever:
       if size >= self.max_batch:
         break
       size = min(self.max_batch, size * 2)
-    self.encode(self.warm_texts)
+    if encoder:
+      self.encode(self.warm_texts)
 
   @property
   def query_dim(self) -> int:
@@ -262,4 +286,4 @@ def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *,
   warm = [" ".join(["tool"] * max(1, b - 2)) for b in encoder.buckets if b <= WARM_MAX_TOKENS]
   return Retriever(model, encode, definitions, method=method, max_batch=max_batch,
                    warm_texts=[t for t in warm for _ in range(ENCODER_ROWS)],
-                   cache_dir=neighbors.cache_dir_beside(source))
+                   cache_dir=neighbors.cache_dir_beside(source), sentence_encoder=encoder)
