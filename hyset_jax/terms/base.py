@@ -36,7 +36,8 @@ class Term:
     acts_on: one of :data:`ACTS_ON`.
     container: the NamedTuple holding its tensors in schema order, or None for a term of one
       scalar tensor (held as f32[]).
-    inputs: per-query inputs the term needs (names of :class:`hyset_jax.inputs`-style fields).
+    inputs: per-query inputs the term needs (fields of
+      :class:`hyset_jax.query_inputs.QueryInputs`).
     reindex: ``(model, rows, added_texts) -> model``: ``model`` already on the new library
       (tool ids and Z), this term's value still on the old rows; ``rows`` int[N_old] maps each
       old row to its new row (-1: removed); ``added_texts`` the texts of the rows that are new.
