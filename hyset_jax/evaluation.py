@@ -55,7 +55,7 @@ def evaluate_rankings(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ..
 def _metrics(pred: inference.Prediction, qs: QuerySet,
              tool_ids: tuple[str, ...]) -> dict[str, float]:
   ids = np.asarray(tool_ids, dtype=object)
-  rankings = [ids[r].tolist() for r in pred.ranking]
+  rankings = [ids[r[r >= 0]].tolist() for r in pred.ranking]  # -1: a slot a filter emptied
   sets = [ids[t[:n]].tolist() for t, n in zip(pred.set_tools, pred.set_size)]
   gold = [[tool_ids[t] for t in g] for g in qs.gold]
   return metrics.evaluate(rankings, gold, sets)

@@ -173,6 +173,18 @@ def _per_tool(logits: jax.Array, pairs: jax.Array, max_size: int, pool: str) -> 
   return jnp.einsum("qj,qjk->qk", per_slot, slot_to_position)
 
 
+def _set_mean_key(logits: jax.Array, pairs: jax.Array, max_size: int,
+                  seen: set_prior.SeenSets | None, allowed: jax.Array | None) -> jax.Array:
+  """What ``set-mean`` sorts by, f32[Q, K]: the mean F (F' with a prior) per tool."""
+  if allowed is not None:
+    return _allowed_mean(logits, pairs, max_size, allowed,
+                         None if seen is None else seen.member_bonus)
+  mean = set_mean(logits, pairs, max_size)
+  if seen is not None:  # each tool lies in the same number of subsets
+    mean = mean + seen.member_bonus / enumeration.subsets_containing(logits.shape[1], max_size)
+  return mean
+
+
 def _allowed_mean(logits: jax.Array, pairs: jax.Array, max_size: int, allowed: jax.Array,
                   bonus: jax.Array | None) -> jax.Array:
   """:func:`set_mean` over the subsets whose members are all ``allowed`` (bool[Q, K]), plus the
@@ -281,13 +293,7 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
     return _first_then_by_logit(in_set, logits)
   if ranking == "set-mean":
     pos = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (q, k))
-    if allowed is not None:
-      mean = _allowed_mean(logits, pairs, max_size, allowed,
-                           None if seen is None else seen.member_bonus)
-    else:
-      mean = set_mean(logits, pairs, max_size)
-      if seen is not None:  # each tool lies in the same number of subsets
-        mean = mean + seen.member_bonus / enumeration.subsets_containing(k, max_size)
+    mean = _set_mean_key(logits, pairs, max_size, seen, allowed)
     return jax.lax.sort((-mean, -logits, pos), dimension=1, num_keys=3)[2]
   if ranking == "set-max":
     pos = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (q, k))

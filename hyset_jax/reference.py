@@ -7,6 +7,7 @@ their port against it, or simply use it. This file imports neither JAX nor the r
 reader of the model format) and ``model_schema.json`` (the tensors of the format) and run::
 
     python reference.py --model DIR --query-embeddings queries.npy --out predictions.jsonl [--force]
+        [--allow FILE] [--deny FILE]
 
 DIR is a model directory of any version (``params.safetensors`` is parsed by hand: an
 8-byte little-endian header length, a JSON header, raw little-endian tensors), an ``npz`` export
@@ -49,6 +50,15 @@ The rules, float32 throughout as in JAX:
   descending ℓ (ties: earlier position); ``set-mean`` is the shortlist by the mean F of the
   subsets above that contain each tool, descending (ties: higher ℓ, then earlier position);
   ``set-max`` the same by the largest F of those subsets.
+- Filters (``--allow FILE`` / ``--deny FILE``: one tool id a line, ``prefix*`` for every id
+  that starts with ``prefix``, blank lines and ``#`` comments skipped; an id the model lacks is
+  an error; a tool is allowed when it matches the allow list (every tool without one) and not
+  the deny list): stage 1 takes the K1 largest ℓ among the allowed tools; the expansion takes
+  allowed tools by the rules above, then, when fewer than K_pool are allowed, disallowed ones
+  by ascending row. Stage 2 and every ranking consider only the subsets whose members are all
+  allowed (``set-mean`` averages over those; ``greedy`` picks only allowed tools); the
+  disallowed tools are left out of ``ranking`` and ``shortlist`` (-1 in :func:`stage2`'s
+  rows). Every query must keep at least one allowed tool.
 """
 from __future__ import annotations
 
@@ -133,9 +143,10 @@ def _order(*keys: np.ndarray) -> np.ndarray:
 
 
 def shortlist(model: Model, queries: np.ndarray, k1: int, k_pool: int, max_size: int,
-              lexical: np.ndarray | None = None):
+              lexical: np.ndarray | None = None, allowed: np.ndarray | None = None):
   """Stage 1 and expansion: (tools int[Q, K_pool], their ℓ f32[Q, K_pool]); ℓ' with the
-  lexical term (``lexical``: b f32[Q, N], required for a model with the lexical term)."""
+  lexical term (``lexical``: b f32[Q, N], required for a model with the lexical term);
+  ``allowed`` bool[Q, N]: the filter (None: every tool), -inf ℓ at disallowed slots."""
   z, p = model.tool_embeddings, model.projection
   logits = (query_tower(model, queries) @ p) @ z.T                     # [Q, N]
   if model.lexical_weight is not None:
@@ -144,12 +155,16 @@ def shortlist(model: Model, queries: np.ndarray, k1: int, k_pool: int, max_size:
                        "(--lexical-scores)")
     logits = logits + np.float32(model.lexical_weight) * np.asarray(lexical, np.float32)
   q, n = logits.shape
+  ok = np.ones((q, n), bool) if allowed is None else np.asarray(allowed, bool)
+  logits = np.where(ok, logits, -np.inf).astype(np.float32)
   rows = np.broadcast_to(np.arange(n), (q, n))
-  s0 = _order(-logits, rows)[:, :k1]                                   # [Q, K1]
+  s0 = _order(~ok, -np.where(ok, logits, 0), rows)[:, :k1]             # [Q, K1]
   keyed = z[s0] @ model.interactions[max_size - 2]                     # [Q, K1, d]
   g = np.max(np.einsum("nd,qkd->qnk", z, keyed), axis=-1)              # [Q, N]
-  np.put_along_axis(g, s0, -np.inf, axis=1)
-  extra = _order(-g, -logits, rows)[:, :k_pool - k1]
+  # Allowed tools outside S0 first, then disallowed ones by row; S0 never again.
+  group = np.where(ok, 0, 1)
+  np.put_along_axis(group, s0, 2, axis=1)
+  extra = _order(group, -np.where(ok, g, 0), -np.where(ok, logits, 0), rows)[:, :k_pool - k1]
   tools = np.concatenate([s0, extra], axis=1)
   return tools, np.take_along_axis(logits, tools, axis=1)
 
@@ -198,9 +213,16 @@ def _incidence(members: list, k: int) -> np.ndarray:
 
 
 def _mean_per_tool(scores: np.ndarray, members: list, k: int) -> np.ndarray:
-  """f32[Q, K]: the mean score of the subsets that contain each shortlist position."""
+  """f32[Q, K]: the mean score of the subsets that contain each shortlist position, over the
+  subsets with a finite score (a filter's -inf ones left out; -inf where none is left)."""
   incidence = _incidence(members, k).astype(np.float32)
-  return (scores @ incidence) / incidence[:, 0].sum()
+  finite = np.isfinite(scores)
+  if finite.all():
+    return (scores @ incidence) / incidence[:, 0].sum()
+  count = finite.astype(np.float32) @ incidence
+  total = np.where(finite, scores, 0).astype(np.float32) @ incidence
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return np.where(count > 0, total / np.maximum(count, 1), -np.inf).astype(np.float32)
 
 
 def _max_per_tool(scores: np.ndarray, members: list, k: int) -> np.ndarray:
@@ -234,9 +256,14 @@ def prior_bonus(model: Model, queries: np.ndarray, tools: np.ndarray,
   return out
 
 
-def greedy_ranking(logits: np.ndarray, pairs: np.ndarray, steps: int) -> np.ndarray:
-  """Greedy marginal gain under F: int[Q, steps] shortlist positions in pick order."""
+def greedy_ranking(logits: np.ndarray, pairs: np.ndarray, steps: int,
+                   allowed: np.ndarray | None = None) -> np.ndarray:
+  """Greedy marginal gain under F: int[Q, steps] shortlist positions in pick order; with
+  ``allowed`` (bool[Q, K]) only allowed positions while any is left, then the others by
+  position."""
   q, k = logits.shape
+  ok = np.ones((q, k), bool) if allowed is None else allowed
+  logits = np.where(ok, logits, 0).astype(logits.dtype)  # a disallowed candidate is not scored
   chosen = np.zeros((q, k), bool)
   eye = np.eye(k, dtype=bool)
   picks = []
@@ -247,6 +274,7 @@ def greedy_ranking(logits: np.ndarray, pairs: np.ndarray, steps: int) -> np.ndar
       gm = np.where(eye, 0, pairs[:, size - 2]).astype(logits.dtype)
       c = cand.astype(logits.dtype)
       f = f + 0.5 * np.einsum("qti,qij,qtj->qt", c, gm, c)
+    f = np.where(ok, f, np.finfo(np.float32).min)
     pick = np.argmax(np.where(chosen, -np.inf, f), axis=1)
     picks.append(pick)
     chosen[np.arange(q), pick] = True
@@ -276,7 +304,8 @@ def _first_then_by_logit(first: np.ndarray, logits: np.ndarray) -> np.ndarray:
 
 
 def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
-           queries: np.ndarray | None = None, ranking: str | None = None):
+           queries: np.ndarray | None = None, ranking: str | None = None,
+           allowed: np.ndarray | None = None):
   """Stage 2 and the ranking for given shortlists (from :func:`shortlist`, or from a vector
   index such as FAISS).
 
@@ -287,16 +316,18 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
       order), ``set-first`` (the best set, then the rest, each by ℓ) or ``set-mean`` (by the
       mean F of the subsets containing each tool); default: the model's
       manifest field, else greedy.
+    allowed: bool[Q, K], the shortlist slots a filter allows (None: all): only subsets of
+      allowed slots are candidates, and the others read -1 in the rankings.
 
   Returns:
     (best sets as lists of tool rows in shortlist order, their scores f32[Q],
      rankings int[Q, K] of tool rows).
   """
   ranking = ranking or model.ranking or "greedy"
-  allowed = allowed_rankings(model.terms)
-  if ranking not in allowed:
+  supported = allowed_rankings(model.terms)
+  if ranking not in supported:
     raise ModelError(f"ranking {ranking!r}: a model with the terms "
-                     f"{', '.join(model.terms) or 'none'} supports {', '.join(allowed)}")
+                     f"{', '.join(model.terms) or 'none'} supports {', '.join(supported)}")
   q, k = tools.shape
   logits = np.asarray(logits, np.float32)
   emb = model.tool_embeddings[tools]
@@ -305,11 +336,18 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
     if queries is None:
       raise ModelError("this model has a query-conditioned set term: stage2 needs the queries")
     pairs = pairs + conditioned_pairs(model, np.asarray(queries, np.float32), emb, max_size)
-  if model.prior is not None:
-    if queries is None:
-      raise ModelError("this model has a seen-set prior: stage2 needs the queries")
-    every, members = subset_scores(logits, pairs, max_size)
-    every = every + prior_bonus(model, np.asarray(queries, np.float32), tools, max_size)
+  ok = np.ones((q, k), bool) if allowed is None else np.asarray(allowed, bool)
+  if allowed is not None:
+    logits = np.where(ok, logits, -np.inf).astype(np.float32)
+  if model.prior is not None or allowed is not None:
+    safe = np.where(ok, logits, 0).astype(np.float32)  # a disallowed slot's ℓ is never read
+    every, members = subset_scores(safe, pairs, max_size)
+    if model.prior is not None:
+      if queries is None:
+        raise ModelError("this model has a seen-set prior: stage2 needs the queries")
+      every = every + prior_bonus(model, np.asarray(queries, np.float32), tools, max_size)
+    valid = _incidence(members, k)[None] <= ok[:, None, :]            # [Q, n, K]
+    every = np.where(valid.all(-1), every, -np.inf)
     best = np.argmax(every, axis=1)                                    # first maximum
     sets, scores = [members[i] for i in best], every[np.arange(q), best]
   else:
@@ -322,40 +360,78 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
       in_set[i, s] = True
     order = _first_then_by_logit(in_set, logits)
   elif ranking in ("set-mean", "set-max"):
-    if model.prior is None:
+    if model.prior is None and allowed is None:
       every, members = subset_scores(logits, pairs, max_size)
     per_tool = (_mean_per_tool if ranking == "set-mean" else _max_per_tool)(every, members, k)
     order = _order(-per_tool, -logits, np.broadcast_to(np.arange(k), (q, k)))
   else:
-    picks = greedy_ranking(logits, pairs, max_size)
+    picks = greedy_ranking(logits, pairs, max_size, None if allowed is None else ok)
     picked = np.zeros((q, k), bool)
     np.put_along_axis(picked, picks, True, axis=1)
     order = np.concatenate([picks, _first_then_by_logit(~picked, logits)[:, :k - max_size]],
                            axis=1)
-  ranking_rows = np.take_along_axis(tools, order, axis=1)
+  ranking_rows = np.where(np.take_along_axis(ok, order, axis=1),
+                          np.take_along_axis(tools, order, axis=1), -1)
   return [[int(tools[i, pos]) for pos in s] for i, s in enumerate(sets)], scores, ranking_rows
 
 
 def predict(model: Model, queries: np.ndarray, *, k1: int | None = None,
             k_pool: int | None = None, max_size: int | None = None,
             query_ids: list[str] | None = None, ranking: str | None = None,
-            lexical: np.ndarray | None = None) -> list[dict]:
+            lexical: np.ndarray | None = None,
+            allowed: np.ndarray | None = None) -> list[dict]:
   """``hyset predict`` rows for f32[Q, d_r] query embeddings (``lexical``: f32[Q, N] b for a
-  model with the lexical term)."""
+  model with the lexical term; ``allowed``: bool[Q, N] or bool[N], the tools each query may
+  use, None: all)."""
   k1 = model.k1 if k1 is None else k1
   k_pool = model.k_pool if k_pool is None else k_pool
   max_size = model.max_set_size if max_size is None else max_size
   check_sizes(model, k1, k_pool, max_size)
   queries = np.asarray(queries, np.float32)
-  tools, logits = shortlist(model, queries, k1, k_pool, max_size, lexical)
-  sets, scores, ranking = stage2(model, tools, logits, max_size, queries, ranking)
+  slots = None
+  if allowed is not None:
+    allowed = np.broadcast_to(np.asarray(allowed, bool), (len(queries), len(model.tool_ids)))
+    if not allowed.any(axis=1).all():
+      raise ModelError("the filter allows no tool of the model's library")
+  tools, logits = shortlist(model, queries, k1, k_pool, max_size, lexical, allowed)
+  if allowed is not None:
+    slots = np.take_along_axis(allowed, tools, axis=1)
+  sets, scores, ranking = stage2(model, tools, logits, max_size, queries, ranking, slots)
   ids = model.tool_ids
   query_ids = query_ids or [str(i) for i in range(len(queries))]
+  listed = slots if slots is not None else np.ones(tools.shape, bool)
   return [{"query_id": qid,
            "set": [ids[t] for t in sets[i]],
            "set_score": float(scores[i]),
-           "ranking": [ids[t] for t in ranking[i]],
-           "shortlist": [ids[t] for t in tools[i]]} for i, qid in enumerate(query_ids)]
+           "ranking": [ids[t] for t in ranking[i] if t >= 0],
+           "shortlist": [ids[t] for t, keep in zip(tools[i], listed[i]) if keep]}
+          for i, qid in enumerate(query_ids)]
+
+
+def read_id_list(path: str) -> list[str]:
+  """The tool ids (or ``prefix*`` patterns) of a file, one a line; blank lines and lines
+  starting with ``#`` skipped, surrounding spaces stripped."""
+  try:
+    with open(path, encoding="utf-8") as f:
+      lines = [line.strip() for line in f]
+  except (OSError, UnicodeDecodeError) as e:
+    raise ModelError(f"{path}: cannot read the id list ({e})") from None
+  return [line for line in lines if line and not line.startswith("#")]
+
+
+def id_mask(patterns: list[str], tool_ids, where: str) -> np.ndarray:
+  """bool[N]: the tools an id list names (``prefix*`` matches every id starting with the
+  prefix; a prefix may match nothing); ModelError naming an exact id the library lacks."""
+  index = {t: i for i, t in enumerate(tool_ids)}
+  mask = np.zeros(len(tool_ids), bool)
+  for pattern in patterns:
+    if pattern.endswith("*"):
+      mask |= np.array([t.startswith(pattern[:-1]) for t in tool_ids], bool)
+    elif pattern in index:
+      mask[index[pattern]] = True
+    else:
+      raise ModelError(f"{where}: tool {pattern!r} is not in the model's library")
+  return mask
 
 
 # --------------------------------------------------------------------------- command line
@@ -432,11 +508,16 @@ def main(argv: list[str] | None = None) -> int:
                  help="how the shortlist is ranked (default: the model's, else greedy)")
   p.add_argument("--lexical-scores", metavar="FILE.npy",
                  help="float [Q, N] lexical scores b, needed for a model with the lexical term")
+  p.add_argument("--allow", metavar="FILE",
+                 help="only these tools (one id a line, prefix* for a prefix)")
+  p.add_argument("--deny", metavar="FILE",
+                 help="never these tools (one id a line, prefix* for a prefix)")
   p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
   args = p.parse_args(argv)
   try:
     out = None if args.out == "-" else check_output(
-        args.out, args.force, (args.model, args.query_embeddings))
+        args.out, args.force, (args.model, args.query_embeddings,
+                               *(f for f in (args.allow, args.deny) if f)))
     model = load_model(args.model)
     queries = load_queries(args.query_embeddings, model.projection.shape[0])
     lexical = None
@@ -448,8 +529,15 @@ def main(argv: list[str] | None = None) -> int:
     elif model.lexical_weight is not None:
       raise ModelError(f"{args.model}: this model has a lexical term; pass "
                        f"--lexical-scores FILE.npy (f32[Q, {len(model.tool_ids)}])")
+    allowed = None
+    if args.allow or args.deny:
+      allowed = np.ones(len(model.tool_ids), bool)
+      if args.allow:
+        allowed &= id_mask(read_id_list(args.allow), model.tool_ids, args.allow)
+      if args.deny:
+        allowed &= ~id_mask(read_id_list(args.deny), model.tool_ids, args.deny)
     rows = predict(model, queries, k1=args.k1, k_pool=args.k_pool, max_size=args.max_size,
-                   ranking=args.ranking, lexical=lexical)
+                   ranking=args.ranking, lexical=lexical, allowed=allowed)
     # allow_nan=False: NaN is not JSON; validated inputs never produce it, so this is a bug.
     text = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in rows)
     if out is None:

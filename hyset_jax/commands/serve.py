@@ -23,8 +23,14 @@ mcp:tools.json, openai:tools.json; repeatable, later ones win), else from the tr
 data spec. Concurrent requests are micro-batched (--max-batch, --max-wait-ms). SIGTERM or
 Ctrl-C stops accepting connections, answers the requests in flight, then exits.
 
+API keys: --policies FILE ({"keys": {KEY: {"allow", "deny", "tags", "update_tools"}},
+"default": {...}}) maps each key (Authorization: Bearer KEY, or X-API-Key: KEY) to the tools
+it may see; without "default" every request needs a key (401 otherwise). A request's own
+"tools" filter only narrows its policy. MCP over stdio uses --mcp-policy KEY's policy (else the
+default).
+
 Security: the server listens on 127.0.0.1 unless --host says otherwise (another address is
-warned about on stderr: the API has no authentication); bodies over --max-body-bytes get 413,
+warned about on stderr when no --policies file requires keys); bodies over --max-body-bytes get 413,
 requests with more than --max-queries texts 422, requests not answered within
 --request-timeout 503; no CORS headers are sent; error bodies hold no traceback or path.
 """
@@ -76,6 +82,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--persist", metavar="DIR",
                  help="write the edited model directory here after each catalogue update "
                       "(default: updates live in memory only; never the --model directory)")
+  p.add_argument("--policies", metavar="FILE",
+                 help="API keys and the tools each may see (JSON; docs/serving.md); default: "
+                      "no keys, every tool")
+  p.add_argument("--mcp-policy", metavar="KEY",
+                 help="with --mcp stdio and --policies: the key whose policy the session has "
+                      "(default: the file's default policy)")
   p.add_argument("--mcp-update-tools", action="store_true",
                  help="with --mcp: also offer the update_tools tool (off by default: MCP "
                       "tools are offered to the model itself)")
@@ -104,9 +116,10 @@ def is_loopback(host: str) -> bool:
     return False
 
 
-def warn_if_exposed(host: str) -> None:
-  """A warning on stderr when the server will be reachable from other machines."""
-  if not is_loopback(host):
+def warn_if_exposed(host: str, keys_required: bool = False) -> None:
+  """A warning on stderr when the server will be reachable from other machines without a
+  key."""
+  if not is_loopback(host) and not keys_required:
     print(f"warning: listening on {host}, not a loopback address: other machines can reach "
           f"this server, and it has no authentication; put it behind a proxy that checks "
           f"clients, or use --host 127.0.0.1", file=sys.stderr)
@@ -131,13 +144,27 @@ def run(args: argparse.Namespace) -> int:
                     f"{args.request_timeout}")
   if args.mcp_update_tools and not args.mcp:
     raise UserError("--mcp-update-tools needs --mcp (the HTTP API has POST /v1/tools)")
+  if args.mcp_policy is not None and not (args.mcp == "stdio" and args.policies):
+    raise UserError("--mcp-policy needs --mcp stdio and --policies (over HTTP the key comes "
+                    "in the request's headers)")
   persist = check_persist(args.persist, args.model) if args.persist else None
   if args.mcp != "stdio":
     check_port(args.host, args.port)
-    warn_if_exposed(args.host)
   from hyset_jax.serve.retriever import load_retriever
   retriever = load_retriever(args.model, args.tools, method=args.method,
                              max_batch=args.max_batch)
+  policies = None
+  if args.policies:
+    from hyset_jax.serve import policies as policies_lib
+    policies = policies_lib.load(args.policies, retriever.filter_index)
+    if args.mcp_policy is not None:
+      try:
+        policies.resolve(args.mcp_policy)
+      except policies_lib.AuthError:
+        raise UserError(f"--mcp-policy: the key is not in --policies {args.policies}"
+                        ) from None
+  if args.mcp != "stdio":
+    warn_if_exposed(args.host, policies is not None and policies.default is None)
   if args.warm_up:
     print("compiling ...", file=sys.stderr)
     retriever.warm_up()
@@ -146,7 +173,8 @@ def run(args: argparse.Namespace) -> int:
     run_mcp(retriever, transport=args.mcp, host=args.host, port=args.port,
             max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
             request_timeout_s=args.request_timeout, update_tool=args.mcp_update_tools,
-            warm_up=args.warm_up, persist=persist)
+            warm_up=args.warm_up, persist=persist, policies=policies,
+            stdio_key=args.mcp_policy)
     return 0
   import uvicorn
 
@@ -154,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
   app = create_app(retriever, max_batch=args.max_batch, max_wait_ms=args.max_wait_ms,
                    max_body_bytes=args.max_body_bytes, max_queries=args.max_queries,
                    request_timeout_s=args.request_timeout, warm_up=args.warm_up,
-                   persist=persist)
+                   persist=persist, policies=policies)
   config = uvicorn.Config(app, host=args.host, port=args.port, log_level="info",
                           timeout_graceful_shutdown=args.shutdown_timeout)
   uvicorn.Server(config).run()

@@ -10,6 +10,11 @@
 ``GET /docs``              OpenAPI documentation (``/openapi.json``)
 =========================  =========================================================
 
+A request may carry a ``tools`` filter (``{"allow", "deny", "tags"}``), applied before
+retrieval and intersected with the policy of its API key (``Authorization: Bearer KEY`` or
+``X-API-Key``; :mod:`.policies`): 401 for an unknown or missing key, 403 for a catalogue update
+its policy does not permit.
+
 Errors are JSON, ``{"error": {"field": "...", "message": "..."}}``: 400 for a body that is
 not JSON, 413 for a body over ``max_body_bytes``, 422 for a value that is wrong (the field
 names it: ``query``, ``queries[3]``, ``max_size``, …), 404 for an unknown path, 503 for a
@@ -23,18 +28,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import uuid
 from typing import Any
 
-from fastapi import FastAPI
+import numpy as np
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
+from hyset_jax import filters
+from hyset_jax.serve import policies as policies_lib
 from hyset_jax.serve.batching import MicroBatcher
+from hyset_jax.serve.policies import ToolsFilter
 from hyset_jax.serve.catalogue import (Catalogue, Ticket, ToolIn, UpdateRequest, batch_key,
                                        run_batch)
 from hyset_jax.serve.retriever import RANKINGS, FieldError, Retriever, check_text
@@ -52,6 +62,8 @@ class RetrieveRequest(BaseModel):
   k_pool: StrictInt | None = Field(None, description="shortlist size K_pool (default: the "
                                                      "model's)")
   ranking: StrictStr | None = Field(None, description=f"ranking method: {', '.join(RANKINGS)}")
+  tools: ToolsFilter | None = Field(None, description="answer with these tools only: filtered "
+                                                      "before retrieval, exact")
 
 
 class ToolDefinition(BaseModel):
@@ -156,14 +168,16 @@ class BodyLimit:
 def create_app(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float = 5.0,
                max_body_bytes: int = 1 << 20, max_queries: int = 256,
                request_timeout_s: float = 30.0, warm_up: bool = True,
-               persist=None) -> FastAPI:
+               persist=None, policies: policies_lib.Policies | None = None) -> FastAPI:
   """The FastAPI app; the micro-batcher starts and drains with the app's lifespan.
 
   Limits (each a ``hyset serve`` flag): ``max_body_bytes`` (413), ``max_queries`` texts per
   request (422, field ``queries``), ``request_timeout_s`` from the body's arrival to the
   answer (503; the request leaves the queue, so a stalled device does not pile up work).
   ``warm_up`` and ``persist``: for libraries that ``POST /v1/tools`` builds
-  (:class:`.catalogue.Catalogue`)."""
+  (:class:`.catalogue.Catalogue`). ``policies``: API keys and the tools each may see
+  (:mod:`.policies`; None: no keys, every tool)."""
+  policies = policies or policies_lib.Policies()
   catalogue = Catalogue(retriever, warm_up=warm_up, persist=persist)
   batcher = MicroBatcher(run_batch, max_batch=max_batch, max_wait_s=max_wait_ms / 1000,
                          key=batch_key)
@@ -186,13 +200,19 @@ def create_app(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float 
   @app.post("/v1/retrieve", response_model=RetrieveResponse,
             responses={400: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
                        422: {"model": ErrorResponse}})
-  async def retrieve(request: RetrieveRequest):
+  async def retrieve(request: RetrieveRequest, http: Request):
     """The best tool set, ranking and shortlist for each query (as `hyset predict`)."""
     snapshot = catalogue.current  # this request's library, whatever updates come meanwhile
     try:
+      access = _access(policies, http)
       texts = _texts(request, max_queries)
-      options = snapshot.retriever.options(request.max_size, request.k_pool, request.ranking)
-    except FieldError as e:
+      r = snapshot.retriever
+      options = r.options(request.max_size, request.k_pool, request.ranking)
+      wanted = request.tools.as_filter() if request.tools is not None else None
+      options = dataclasses.replace(options, allowed=r.allowed(wanted, access.tools))
+    except policies_lib.AuthError as e:
+      return error(e.status, "authorization", e.message)
+    except (FieldError, filters.FilterError) as e:
       return error(422, e.field, e.message)
     try:
       # wait_for cancels the request's future on timeout: the batcher skips it if not yet run.
@@ -203,7 +223,7 @@ def create_app(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float 
                               f"{request_timeout_s:g} s (--request-timeout); retry later")
     return Json({"results": results, "catalogue_version": snapshot.version})
 
-  _add_catalogue_routes(app, catalogue, batcher)
+  _add_catalogue_routes(app, catalogue, batcher, policies)
 
   @app.get("/healthz")
   async def healthz():
@@ -246,22 +266,42 @@ def _add_error_handlers(app: FastAPI) -> None:
                             f"the server's log)", request_id=request_id)
 
 
-def _add_catalogue_routes(app: FastAPI, catalogue: Catalogue, batcher: MicroBatcher) -> None:
+def _access(policies: policies_lib.Policies, http: Request) -> policies_lib.Access:
+  """The caller's access from its API key header (AuthError 401 for a bad or missing one)."""
+  return policies.resolve(policies_lib.key_from_headers(http.headers))
+
+
+def _add_catalogue_routes(app: FastAPI, catalogue: Catalogue, batcher: MicroBatcher,
+                          policies: policies_lib.Policies) -> None:
   """``GET /v1/tools`` (the library and its version) and ``POST /v1/tools`` (change it)."""
 
   @app.get("/v1/tools")
-  async def tools():
-    """The tool library, in the model's row order, and its catalogue version."""
+  async def tools(http: Request):
+    """The tool library, in the model's row order, and its catalogue version (with API keys:
+    the tools the caller's policy allows)."""
     snapshot = catalogue.current
     r = snapshot.retriever
-    return Json({"version": snapshot.version, "count": r.num_tools, "tools": r.definitions})
+    try:
+      mask = r.allowed(None, _access(policies, http).tools)
+    except policies_lib.AuthError as e:
+      return error(e.status, "authorization", e.message)
+    except FieldError:  # a policy that no longer allows any tool of this library
+      mask = np.zeros(r.num_tools, bool)
+    defs = r.definitions if mask is None else [d for d, ok in zip(r.definitions, mask) if ok]
+    return Json({"version": snapshot.version, "count": len(defs), "tools": defs})
 
   @app.post("/v1/tools", response_model=UpdateResponse,
             responses={400: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
                        422: {"model": ErrorResponse}})
-  async def update_tools(request: UpdateRequest):
+  async def update_tools(request: UpdateRequest, http: Request):
     """Add, update (an added id that exists) and remove tools while serving, atomically:
     requests in flight finish on the old library, later ones see the new one."""
+    try:
+      if not _access(policies, http).update_tools:
+        raise policies_lib.AuthError(403, "this API key may not change the catalogue (its "
+                                          "policy has no \"update_tools\": true)")
+    except policies_lib.AuthError as e:
+      return error(e.status, "authorization", e.message)
     try:
       return Json(await catalogue.update(request.add, request.remove, batcher))
     except FieldError as e:
@@ -274,7 +314,9 @@ def _expected(path: str, field: str) -> str:
     if field.startswith("add["):
       return ", ".join(ToolIn.model_fields)
     return "add and/or remove"
-  return "query or queries, and optionally max_size, k_pool, ranking"
+  if field.startswith("tools."):
+    return ", ".join(ToolsFilter.model_fields)
+  return "query or queries, and optionally max_size, k_pool, ranking, tools"
 
 
 def _texts(request: RetrieveRequest, max_queries: int) -> list[str]:

@@ -17,17 +17,32 @@ With ``update_tool`` (``hyset serve --mcp … --mcp-update-tools``) a second too
 default because an MCP server's tools are offered to the model itself: a catalogue change is
 an operator's decision, which text a model reads (a prompt injection) should not be able to
 make.
+
+Tool filters and API keys: ``search_tools`` takes an optional ``tools`` argument
+(``{"allow", "deny", "tags"}``, as ``/v1/retrieve``'s field), intersected with the caller's
+policy (:mod:`.policies`): over streamable HTTP the key comes in the same headers as for the
+HTTP API (``Authorization: Bearer KEY`` or ``X-API-Key``); over stdio there are no headers, and
+the policy is that of the key ``stdio_key`` names (``hyset serve --mcp-policy KEY``), else the
+default. A refused key is a tool error; ``update_tools`` needs a policy with
+``"update_tools": true`` once a policies file is in use.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from typing import Any
 
+import dataclasses
+
+from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
+from hyset_jax import filters
+from hyset_jax.serve import policies as policies_lib
 from hyset_jax.serve.batching import MicroBatcher
+from hyset_jax.serve.policies import ToolsFilter
 from hyset_jax.serve.catalogue import Catalogue, Ticket, ToolIn, batch_key, run_batch
 from hyset_jax.serve.retriever import FieldError, Retriever, check_text
 
@@ -82,11 +97,31 @@ def internal_error(what: str, e: Exception):
                    f"server's log)")
 
 
+def caller_access(policies: policies_lib.Policies, stdio_key: str | None,
+                  ctx: Context | None) -> policies_lib.Access:
+  """The calling client's access: by its key header over HTTP, by ``stdio_key`` where the
+  transport has no headers (stdio). A ToolError naming ``authorization`` when refused."""
+  from mcp.server.mcpserver.exceptions import ToolError
+  try:  # None on stdio; a call made in process, outside any request, has no context
+    headers = None if ctx is None else ctx.headers
+  except ValueError:
+    headers = None
+  try:
+    key = stdio_key if headers is None else policies_lib.key_from_headers(headers)
+    return policies.resolve(key)
+  except policies_lib.AuthError as e:
+    raise ToolError(f"authorization: {e.message}") from None
+
+
 def build_server(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float = 5.0,
                  request_timeout_s: float = 30.0, update_tool: bool = False,
-                 warm_up: bool = True, persist=None):
+                 warm_up: bool = True, persist=None,
+                 policies: policies_lib.Policies | None = None, stdio_key: str | None = None):
   """An ``MCPServer`` with the ``search_tools`` tool over ``retriever`` (and ``update_tools``
-  with ``update_tool``; ``warm_up``, ``persist``: as :class:`.catalogue.Catalogue`'s)."""
+  with ``update_tool``; ``warm_up``, ``persist``: as :class:`.catalogue.Catalogue`'s;
+  ``policies``, ``stdio_key``: API keys, see the module docstring)."""
+  policies = policies or policies_lib.Policies()
+  access = functools.partial(caller_access, policies, stdio_key)
   from mcp.server.mcpserver import MCPServer
   from mcp.server.mcpserver.exceptions import ToolError
 
@@ -100,16 +135,24 @@ def build_server(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: floa
   @server.tool(name=TOOL_NAME, structured_output=True, description=(
       "Find the set of tools that together accomplish a request (set-level retrieval). "
       "query: the request in natural language; max_size: the most tools to return "
-      f"(2 to {retriever.model.max_set_size}; default {retriever.model.max_set_size}). "
-      "Returns the tools with their names, descriptions and input schemas."))
-  async def search_tools(query: str, max_size: int | None = None) -> SearchResult:
+      f"(2 to {retriever.model.max_set_size}; default {retriever.model.max_set_size}); "
+      "tools: optionally {allow: [ids or 'prefix*'], deny: [...], tags: [...]}, the only "
+      "tools to consider. Returns the tools with their names, descriptions and input "
+      "schemas."))
+  async def search_tools(query: str, max_size: int | None = None,
+                         tools: ToolsFilter | None = None,
+                         ctx: Context | None = None) -> SearchResult:
     if not query.strip():
       raise ToolError("query: is empty; expected the request text")
     snapshot = catalogue.current  # this call's library, whatever updates come meanwhile
+    policy = access(ctx).tools
     try:
       check_text("query", query)
-      options = snapshot.retriever.options(max_size=max_size)
-    except FieldError as e:
+      r = snapshot.retriever
+      options = r.options(max_size=max_size)
+      wanted = tools.as_filter() if tools is not None else None
+      options = dataclasses.replace(options, allowed=r.allowed(wanted, policy))
+    except (FieldError, filters.FilterError) as e:
       raise ToolError(str(e)) from None
     try:
       row, = await asyncio.wait_for(batcher.submit([query], Ticket(snapshot, options)),
@@ -128,7 +171,11 @@ def build_server(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: floa
         "({id, name, description, parameters}; an id already in the library is updated); "
         "remove: tool ids. Atomic: calls in flight finish on the old library."))
     async def update_tools(add: list[ToolIn] | None = None,
-                           remove: list[str] | None = None) -> UpdateResult:
+                           remove: list[str] | None = None,
+                           ctx: Context | None = None) -> UpdateResult:
+      if not access(ctx).update_tools:
+        raise ToolError("authorization: this API key may not change the catalogue (its "
+                        "policy has no \"update_tools\": true)")
       try:
         return UpdateResult(**await catalogue.update(add, remove, batcher))
       except FieldError as e:
@@ -148,11 +195,14 @@ def build_server(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: floa
 
 def run_mcp(retriever: Retriever, *, transport: str, host: str = "127.0.0.1", port: int = 8080,
             max_batch: int = 64, max_wait_ms: float = 5.0, request_timeout_s: float = 30.0,
-            update_tool: bool = False, warm_up: bool = True, persist=None) -> None:
+            update_tool: bool = False, warm_up: bool = True, persist=None,
+            policies: policies_lib.Policies | None = None,
+            stdio_key: str | None = None) -> None:
   """Serve until the client hangs up (stdio) or SIGTERM/Ctrl-C (streamable HTTP at /mcp)."""
   server = build_server(retriever, max_batch=max_batch, max_wait_ms=max_wait_ms,
                         request_timeout_s=request_timeout_s, update_tool=update_tool,
-                        warm_up=warm_up, persist=persist)
+                        warm_up=warm_up, persist=persist, policies=policies,
+                        stdio_key=stdio_key)
   if transport == "stdio":
     server.run("stdio")
   else:

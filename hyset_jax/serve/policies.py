@@ -27,8 +27,23 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+
 from hyset_jax import filters
 from hyset_jax.errors import UserError
+
+
+class ToolsFilter(BaseModel):
+  """A request's ``tools`` field (``/v1/retrieve``, MCP ``search_tools``): the tools it may be
+  answered with (:mod:`hyset_jax.filters`), within its key's policy."""
+  model_config = ConfigDict(extra="forbid")
+  allow: list[StrictStr] | None = Field(None, description="tool ids, or 'prefix*'; only these")
+  deny: list[StrictStr] | None = Field(None, description="tool ids, or 'prefix*'; never these")
+  tags: list[StrictStr] | None = Field(None, description="only tools with one of these tags "
+                                                         "(category, server, domain, ...)")
+
+  def as_filter(self) -> filters.ToolFilter:
+    return filters.from_json(self.model_dump(), "tools")
 
 
 class AuthError(Exception):

@@ -9,6 +9,11 @@ A prediction row has the fields of ``hyset predict`` — ``set``, ``set_score``,
 model's own query encoder, from the model prepared once per set-size limit a request asks for
 (:func:`hyset_jax.inference.prepare`: P Zᵀ, Z M_m and the neighbour table), plus ``tools``: the
 definitions of the set's members (:func:`hyset_jax.data.tooltext.definition`).
+
+A request may carry a tool filter (:mod:`hyset_jax.filters`, intersected with its API key's
+policy): ``Options.allowed`` holds its mask, inference masks the other tools before the
+shortlist, and the slots they fill when fewer than K_pool tools are allowed are left out of
+``ranking`` and ``shortlist``.
 """
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from hyset_jax import choices, inference, terms
+from hyset_jax import choices, filters, inference, terms
 from hyset_jax.query_inputs import QueryInputs
 from hyset_jax.data.tooltext import definition
 from hyset_jax.errors import UserError
@@ -43,10 +48,12 @@ class FieldError(UserError):
 
 @dataclasses.dataclass(frozen=True)
 class Options:
-  """Per-request settings; requests with equal options share a device call."""
+  """Per-request settings; requests with equal options share a device call (the filter
+  ``allowed``, bool[N] or None, does not split them: masks are stacked per query)."""
   max_size: int
   k_pool: int
   ranking: str
+  allowed: np.ndarray | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def check_text(name: str, text: str) -> None:
@@ -71,16 +78,31 @@ def tool_catalog(tool_ids: Sequence[str], specs: Sequence[str]) -> tuple[list[di
   Later specs win for an id found in several. Tools no spec defines get their id as name.
   Returns the definitions and a line saying where they came from.
   """
+  defs, _, where = tool_catalog_and_tags(tool_ids, specs)
+  return defs, where
+
+
+def tool_catalog_and_tags(tool_ids: Sequence[str], specs: Sequence[str]
+                          ) -> tuple[list[dict], dict[str, frozenset[str]], str]:
+  """:func:`tool_catalog` and each defined tool's filter tags (:func:`filters.tags_of`; an
+  ``mcp:FILE.json`` library also tags its tools with the file's stem, the MCP server's name
+  as a client would call it)."""
+  import pathlib
+
   from hyset_jax.data.specs import load_dataset
   found: dict[str, dict] = {}
+  tags: dict[str, frozenset[str]] = {}
   for spec in specs:
     tools = load_dataset(spec).tools
+    server = pathlib.Path(spec[4:]).stem if spec.startswith("mcp:") else None
     for i, tool_id in enumerate(tools.ids):
       found[tool_id] = definition(tool_id, tools.texts[i], tools.metadata[i])
+      meta = tools.metadata[i] if server is None else {**tools.metadata[i], "server": server}
+      tags[tool_id] = filters.tags_of(meta)
   defs = [found.get(t) or definition(t, None, None) for t in tool_ids]
   known = sum(t in found for t in tool_ids)
   where = ", ".join(specs) if specs else "no library named (pass --tools SPEC)"
-  return defs, f"tool definitions for {known} of {len(tool_ids)} tools from {where}"
+  return defs, tags, f"tool definitions for {known} of {len(tool_ids)} tools from {where}"
 
 
 class Retriever:
@@ -98,12 +120,14 @@ class Retriever:
     sentence_encoder: the loaded encoder behind ``encode``, when there is one: a catalogue
       update embeds new tools with it rather than loading it again
       (:func:`hyset_jax.serve.catalogue.tool_embedder`).
+    tags: tool id -> its filter tags (:func:`filters.tags_of`); tools not in it have none
+      (those a catalogue update adds).
   """
 
   def __init__(self, model, encode: Callable[[list[str]], np.ndarray], definitions: list[dict],
                *, method: str = choices.DEFAULT_METHOD, max_batch: int = 64,
                warm_texts: Sequence[str] = ("warm up",), cache_dir=None,
-               sentence_encoder=None):
+               sentence_encoder=None, tags: dict[str, frozenset[str]] | None = None):
     if len(definitions) != len(model.tool_ids):
       raise ValueError("one definition per tool expected")
     self.model = model
@@ -119,7 +143,35 @@ class Retriever:
     self.warm_texts = list(warm_texts)
     self.cache_dir = cache_dir
     self.sentence_encoder = sentence_encoder
+    self.tags = dict(tags or {})
     self._prepared: dict[int, inference.PreparedModel] = {}
+    self._filter_index: filters.FilterIndex | None = None
+
+  @property
+  def filter_index(self) -> filters.FilterIndex:
+    """This library's ids and tags, indexed for filters (built on first use)."""
+    if self._filter_index is None:
+      self._filter_index = filters.FilterIndex(
+          self.model.tool_ids, [self.tags.get(t, ()) for t in self.model.tool_ids])
+    return self._filter_index
+
+  def allowed(self, request: filters.ToolFilter | None, policy: filters.ToolFilter
+              ) -> np.ndarray | None:
+    """bool[N]: the tools a request may be answered with — its own filter (strict: an
+    unknown id or tag is a FieldError naming it) within its policy (ids the library no
+    longer has are skipped); None when neither restricts anything. FieldError ``tools``
+    when nothing is left."""
+    index = self.filter_index
+    try:
+      mask = filters.intersect(index.mask(policy, "policy", strict=False, require=False),
+                               index.mask(request or filters.EVERYTHING, "tools",
+                                          require=False))
+    except filters.FilterError as e:
+      raise FieldError(e.field, e.message) from None
+    if mask is not None and not mask.any():
+      raise FieldError("tools", "no tool of the library is allowed (the request's filter "
+                                "within the API key's policy)")
+    return mask
 
   def with_library(self, model, definitions: list[dict]) -> Retriever:
     """This retriever's encoder and settings over ``model``, an edited copy of its model.
@@ -128,7 +180,7 @@ class Retriever:
     model directory is keyed by Z, and an edited library's tables do not belong there."""
     return Retriever(model, self.encode, definitions, method=self.method,
                      max_batch=self.max_batch, warm_texts=self.warm_texts, cache_dir=None,
-                     sentence_encoder=self.sentence_encoder)
+                     sentence_encoder=self.sentence_encoder, tags=self.tags)
 
   @property
   def prepared_sizes(self) -> tuple[int, ...]:
@@ -176,10 +228,12 @@ class Retriever:
     return min(self.max_batch, 1 << max(0, n - 1).bit_length())
 
   def predict(self, emb: np.ndarray, options: Options,
-              lexical: np.ndarray | None = None) -> list[dict]:
+              lexical: np.ndarray | None = None,
+              allowed: np.ndarray | None = None) -> list[dict]:
     """Prediction rows for f32[n, d_r] query embeddings (one device call per bucket);
     ``lexical``: their f32[n, N] lexical scores, required for a model with the lexical term
-    (:meth:`retrieve_batch` computes them from the texts)."""
+    (:meth:`retrieve_batch` computes them from the texts); ``allowed``: bool[n, N], each
+    query's filter (None: every tool)."""
     n = emb.shape[0]
     bucket = self.bucket(n)
     pad = -n % bucket
@@ -190,8 +244,10 @@ class Retriever:
         raise ValueError("this model has a lexical term: pass the queries' lexical scores "
                          "(ModelDir.lexical_scores of their texts)")
       lexical = np.concatenate([lexical, np.zeros((pad, self.num_tools), np.float32)])
+    if allowed is not None:
+      allowed = np.concatenate([allowed, np.ones((pad, self.num_tools), bool)])
     pred = inference.predict_batched(self.prepared(options.max_size),
-                                     QueryInputs(emb, lexical), k1=self.model.k1,
+                                     QueryInputs(emb, lexical, allowed), k1=self.model.k1,
                                      k_pool=options.k_pool, max_size=options.max_size,
                                      batch_size=bucket, method=self.method,
                                      ranking=options.ranking)
@@ -202,8 +258,9 @@ class Retriever:
       rows.append({
           "set": [ids[t] for t in members],
           "set_score": float(pred.set_score[q]),
-          "ranking": [ids[t] for t in pred.ranking[q]],
-          "shortlist": [ids[t] for t in pred.shortlist[q]],
+          # -1: a slot left to a tool the filter rules out (fewer allowed than K_pool)
+          "ranking": [ids[t] for t in pred.ranking[q] if t >= 0],
+          "shortlist": [ids[t] for t in pred.shortlist[q] if t >= 0],
           "tools": [defs[t] for t in members],
       })
     return rows
@@ -215,13 +272,21 @@ class Retriever:
     emb = np.asarray(self.encode(texts), np.float32)
     lexical = self.model.lexical_scores(texts)          # None without the lexical term
     starts = np.cumsum([0] + [len(t) for t, _ in requests])
-    by_options: dict[Options, list[int]] = {}
+    # Filtered requests share a call with each other, not with unfiltered ones: those keep
+    # the fast path (the neighbour table) that a mask rules out.
+    groups: dict[tuple[Options, bool], list[int]] = {}
     for i, (_, options) in enumerate(requests):
-      by_options.setdefault(options, []).append(i)
+      groups.setdefault((options, options.allowed is not None), []).append(i)
     out: list[list[dict]] = [[] for _ in requests]
-    for options, members in by_options.items():
+    for (options, masked), members in groups.items():
       rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in members])
-      answers = self.predict(emb[rows], options, None if lexical is None else lexical[rows])
+      allowed = None
+      if masked:
+        allowed = np.concatenate([np.broadcast_to(requests[i][1].allowed,
+                                                  (starts[i + 1] - starts[i], self.num_tools))
+                                  for i in members])
+      answers = self.predict(emb[rows], options, None if lexical is None else lexical[rows],
+                             allowed)
       k = 0
       for i in members:
         size = starts[i + 1] - starts[i]
@@ -265,7 +330,7 @@ def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *,
   if not tool_specs:
     spec = data_spec(source, None)
     tool_specs = (spec,) if spec else ()
-  definitions, where = tool_catalog(model.tool_ids, tool_specs)
+  definitions, tags, where = tool_catalog_and_tags(model.tool_ids, tool_specs)
   if not model.query_encoder:
     raise UserError(f"{source}: the manifest names no query encoder (query_encoder is null), "
                     f"so text queries cannot be embedded; serve a model trained with an encoder")
@@ -286,4 +351,5 @@ def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *,
   warm = [" ".join(["tool"] * max(1, b - 2)) for b in encoder.buckets if b <= WARM_MAX_TOKENS]
   return Retriever(model, encode, definitions, method=method, max_batch=max_batch,
                    warm_texts=[t for t in warm for _ in range(ENCODER_ROWS)],
-                   cache_dir=neighbors.cache_dir_beside(source), sentence_encoder=encoder)
+                   cache_dir=neighbors.cache_dir_beside(source), sentence_encoder=encoder,
+                   tags=tags)
