@@ -3,7 +3,7 @@
 The pieces, one job per module:
 
 - :mod:`hyset_jax.scoring`      pure set-scoring functions (paper Eq. 2-6).
-- :mod:`hyset_jax.model`        θ = (Z, M_2..M_M, P, q) as a pytree: initialisation, ablations, constraints.
+- :mod:`hyset_jax.model`        θ = (Z, M_2..M_M, P, q): initialisation, ablations, constraints.
 - :mod:`hyset_jax.enumeration`  static subset tables and exhaustive scoring of every subset.
 - :mod:`hyset_jax.inference`    two-stage inference (Eq. 12-14), the prepared fast path, ranking.
 - :mod:`hyset_jax.neighbors`    the per-tool neighbour table for the exact fast expansion (Eq. 13).

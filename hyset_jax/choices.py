@@ -34,7 +34,7 @@ DEFAULT_METHOD: MethodChoice = "auto"
 # (StableHLO, ONNX) use it too, since a custom call does not travel to other stacks.
 PORTABLE_METHOD: EnumerationMethod = "gather"
 
-# How the K_pool shortlist tools are ranked (hyset_jax.inference.rank_tools). The delivered set
+# How the K_pool shortlist tools are ranked (hyset_jax.rankings.rank_tools). The delivered set
 # is the exact argmax of Eq. 14 under every ranking; only the ranked list differs.
 Ranking = Literal["greedy", "logit", "set-first", "set-mean", "set-max"]
 RANKINGS: tuple[str, ...] = get_args(Ranking)

@@ -327,8 +327,9 @@ def from_tensors(tensors: dict, manifest: dict, where, tensors_where,
   groups = {term_field(term): tuple(t[n] for n in term_tensors(term)) for term in terms}
   if "lexical" in terms:
     if lexical is None:
-      raise ModelError(f"{where}: the lexical term needs its file {SCHEMA['terms']['lexical']['file']}"
-                       f" (the tool texts its BM25 index is built from)")
+      name = SCHEMA["terms"]["lexical"]["file"]
+      raise ModelError(f"{where}: the lexical term needs its file {name} (the tool texts its "
+                       f"BM25 index is built from)")
     groups["lexical_weight"] = float(groups["lexical_weight"][0])
   model = Model(t["tool_embeddings"], t["projection"],
                 np.stack([t[f"interaction_{k}"] for k in range(2, m + 1)]), tuple(tool_ids), m,

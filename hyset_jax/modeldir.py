@@ -1,9 +1,9 @@
 """The model directory (docs/contracts.md): what ``hyset export`` writes and ``hyset predict
 --model`` reads, also when another stack wrote it.
 
-The current format (:data:`FORMAT`) is written: ``manifest.json`` lists the terms the model carries beside the
-paper's core θ (``"terms": ["tower", "lexical", …]``, :mod:`hyset_jax.terms`), and a reader
-refuses a term it does not know. Every tensor's name and shape is declared once, in
+The current format (:data:`FORMAT`) is written: ``manifest.json`` lists the terms the model
+carries beside the paper's core θ (``"terms": ["tower", "lexical", …]``,
+:mod:`hyset_jax.terms`), and a reader refuses a term it does not know. Every tensor's name and shape is declared once, in
 ``model_schema.json``; reading and checking are :mod:`hyset_jax.model_format`'s (the module the
 NumPy-only ``reference.py`` reads with too), which also reads every earlier version.
 
@@ -156,8 +156,8 @@ def tensors(params: HysetParams, max_set_size: int) -> dict[str, np.ndarray]:
 
 
 def save_model_dir(path: str | os.PathLike, model: ModelDir, *, force: bool = False) -> pathlib.Path:
-  """Write ``model`` as a model directory of the current format. An existing non-empty ``path`` is replaced
-  only with ``force=True``."""
+  """Write ``model`` as a model directory of the current format. An existing non-empty
+  ``path`` is replaced only with ``force=True``."""
   from safetensors.numpy import save_file
 
   from hyset_jax.io_utils import atomic_dir

@@ -27,7 +27,7 @@ The rules, float32 throughout as in JAX:
 - Query tower (term ``tower``, depth L ≥ 1): q(r) = h_L with h_0 = r and
   h_{l+1} = h_l + relu(h_l W_l + b_l) U_l + c_l; without one q(r) = r.
 - Stage 1: ℓ = (q(r) P) Zᵀ; S0 = the K1 largest ℓ, ties to the lower row.
-- Lexical term (term ``lexical``, tensor ``lexical_weight`` β): ℓ' = ℓ + β · b replaces ℓ everywhere,
+- Lexical term (``lexical``, tensor ``lexical_weight`` β): ℓ' = ℓ + β · b replaces ℓ everywhere,
   b f32[Q, N] given with ``--lexical-scores`` (the query's BM25 scores over the tool texts
   divided by its largest, as ``lexical.json`` describes; this file does not tokenise text).
 - Expansion: g(t) = max_{i∈S0} z_tᵀ M_M z_i for t ∉ S0; the K_pool − K1 tools first by
@@ -38,7 +38,7 @@ The rules, float32 throughout as in JAX:
   :func:`conditioned_pairs`); the first
   maximum in that order wins (so the smallest set on an exact tie). The set's tools are listed in
   ascending shortlist position.
-- Seen-set prior (term ``prior``, ``prior_*`` tensors): F' = F + λ · max(0, log p(s | r) − log τ) for
+- Seen-set prior (``prior``, ``prior_*`` tensors): F' = F + λ · max(0, log p(s | r) − log τ) for
   each subset that is one of the prior's sets s (p = softmax(r wᵀ + b) over them, r the query
   embedding itself), F' = F for the others; the best set is the first maximum of F' in the
   order above (``hyset predict`` keeps the argmax of F unless a prior set is strictly above it:

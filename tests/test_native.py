@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyset_jax import choices, enumeration, native
+from hyset_jax import choices, enumeration, native, rankings
 from hyset_jax.errors import UserError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -272,6 +272,6 @@ def test_native_greedy_ranking_equals_jax(k, m, q):
   logits[1::4, -1] = logits[1::4, 2]
   pairs[::5] = 0.0
   pos = jnp.zeros((q, m), jnp.int32)                        # greedy does not read Ê
-  want = inference.rank_tools(logits, pairs, pos, "greedy", m, "gather")
-  got = inference.rank_tools(logits, pairs, pos, "greedy", m, "native")
+  want = rankings.rank_tools(logits, pairs, pos, "greedy", m, "gather")
+  got = rankings.rank_tools(logits, pairs, pos, "greedy", m, "native")
   np.testing.assert_array_equal(np.asarray(got), np.asarray(want))

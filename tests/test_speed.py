@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyset_jax import choices, enumeration, inference, neighbors
+from hyset_jax import choices, enumeration, inference, neighbors, rankings
 from hyset_jax.benchmarking import workload
 from hyset_jax.scoring import HysetParams
 
@@ -168,7 +168,7 @@ def test_rankings_on_a_hand_checkable_case():
   best = enumeration.best_subset(logits, pairs, table)
   pos = jnp.sort(jnp.where(best.mask[:, 0], best.positions[:, 0], 3), axis=1)
   assert np.asarray(pos).tolist() == [[1, 2]]
-  rank = {name: np.asarray(inference.rank_tools(logits, pairs, pos, name, 2)).tolist()
+  rank = {name: np.asarray(rankings.rank_tools(logits, pairs, pos, name, 2)).tolist()
           for name in choices.RANKINGS}
   assert rank["logit"] == [[0, 1, 2]]
   assert rank["set-first"] == [[1, 2, 0]]             # Ê by ℓ, then the rest
@@ -179,12 +179,13 @@ def test_rankings_on_a_hand_checkable_case():
   # With a bonus of 2.5, F{1,2} = 4.23: tool 1 (2 + 2.73 + 4.23) / 3 = 2.99 > tool 0 (3 + 2.73 +
   # 2.76) / 3 = 2.83 > tool 2 (1 + 2.76 + 4.23) / 3 = 2.66 — unlike ℓ, Ê-first and greedy.
   weaker = pairs * 0.5
-  assert np.asarray(inference.rank_tools(logits, weaker, pos, "set-mean", 2)).tolist() == [[1, 0, 2]]
-  np.testing.assert_allclose(inference.set_mean(logits, weaker, 2),
+  got = rankings.rank_tools(logits, weaker, pos, "set-mean", 2)
+  assert np.asarray(got).tolist() == [[1, 0, 2]]
+  np.testing.assert_allclose(rankings.set_mean(logits, weaker, 2),
                              [[(3 + 2.7311 + 2.7616) / 3, (2 + 2.7311 + 4.2311) / 3,
                                (1 + 2.7616 + 4.2311) / 3]], atol=1e-3)
   with pytest.raises(Exception, match="unknown ranking"):
-    inference.rank_tools(logits, pairs, pos, "magic", 2)
+    rankings.rank_tools(logits, pairs, pos, "magic", 2)
 
 
 def test_set_mean_of_the_numpy_reference_matches():
@@ -194,7 +195,7 @@ def test_set_mean_of_the_numpy_reference_matches():
   g = rng.normal(size=(3, 2, 8, 8)).astype(np.float32)
   g = g + np.swapaxes(g, 2, 3)
   np.testing.assert_allclose(reference.set_mean(logits, g, 3),
-                             inference.set_mean(jnp.asarray(logits), jnp.asarray(g), 3),
+                             rankings.set_mean(jnp.asarray(logits), jnp.asarray(g), 3),
                              rtol=1e-5, atol=1e-5)
 
 

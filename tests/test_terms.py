@@ -239,7 +239,8 @@ def test_format_5_refuses_unknown_missing_and_unlisted_terms(tmp_path):
   with pytest.raises(UserError, match="missing tensor 'prior_w' \\(the prior term needs all"):
     modeldir.load_model_dir(tmp_path / "m")
   save_file(dict(tensors, prior_w=tensors["prior_w"][:, :2].copy()), str(ppath))
-  with pytest.raises(reference.ModelError, match="'prior_w' must be \\[12, 6\\] \\(\\[S, d_r\\]\\)"):
+  with pytest.raises(reference.ModelError,
+                     match="'prior_w' must be \\[12, 6\\] \\(\\[S, d_r\\]\\)"):
     reference.load_model(tmp_path / "m")
   save_file(tensors, str(ppath))
   mpath.write_text(json.dumps(dict(manifest, ranking="greedy")))

@@ -14,7 +14,7 @@
 - ``pairs.cc`` (Eq. 3): a shortlist's pair matrices G_m from the prepared Z M_m rows
   (:func:`pair_matrices`), the upper triangle computed and mirrored (M_m is symmetric).
 - ``greedy.cc``: the paper's greedy ranking of the shortlist (:func:`greedy_ranking`, what
-  ``inference.rank_tools(..., "greedy")`` returns), one query at a time.
+  ``rankings.rank_tools(..., "greedy")`` returns), one query at a time.
 
 Build: the first use on a machine compiles the sources with the system C++ compiler (``$CXX``,
 else ``c++``, ``g++`` or ``clang++``; C++17 with GCC ≥ 12 or Clang, for
@@ -278,7 +278,7 @@ def pair_matrices(keyed: jax.Array, z: jax.Array, tools: jax.Array) -> jax.Array
 
 
 def greedy_ranking(logits: jax.Array, pairs: jax.Array) -> jax.Array:
-  """``inference.rank_tools(logits, pairs, _, "greedy", M)`` as a native kernel: int32[Q, K]
+  """``rankings.rank_tools(logits, pairs, _, "greedy", M)`` as a native kernel: int32[Q, K]
   shortlist positions, the M greedy picks then the rest by descending ℓ (ties in shortlist
   order), from ℓ f32[Q, K] and G_m f32[Q, M−1, K, K]."""
   q, k = logits.shape

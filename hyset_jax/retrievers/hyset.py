@@ -15,7 +15,7 @@ class HysetRetriever:
   """Predicts a tool set per query, and a ranking for the rank metrics.
 
   The ranking orders HYSET's shortlist (``ranking``: see
-  ``hyset_jax.inference.rank_tools``; the paper's greedy marginal gain by default), so it
+  ``hyset_jax.rankings.rank_tools``; the paper's greedy marginal gain by default), so it
   is at most ``k_pool`` long whatever ``depth`` asks for; the set is the argmax of F over
   the subsets of the shortlist.
 
