@@ -130,6 +130,23 @@ def test_validation_is_carved_from_train_by_hash(spec):
   assert carved.split("test") == data.split("test")
 
 
+@pytest.mark.parametrize("name,scheme,max_size", [("ultratool", "ultratool", 5),
+                                                  ("seal_tools", "seal", 6)])
+def test_presets_resolve_and_read_their_data(name, scheme, max_size):
+  from hyset_jax import config
+  from hyset_jax.train_data import load_config_dataset
+  c = config.resolve(name)
+  assert name in config.presets() and c.name == name
+  assert parse_spec(c.data.spec).scheme == scheme and c.model.max_set_size == max_size
+  # What training reads: every split within M (Seal-Tools' 6-tool sets kept), validation carved.
+  data = load_config_dataset(c.data, c.model.max_set_size)
+  assert {"train", "validation", "test"} <= set(data.splits)
+  assert max(len(q.gold) for qs in data.splits.values() for q in qs) == max_size
+  # Seen sets (UltraTool): Z trained, the prior on; new sets (Seal-Tools): Z fixed, no prior.
+  seen = name == "ultratool"
+  assert c.model.train_tool_embeddings == seen and c.model.set_prior == seen
+
+
 def test_seal_root_with_test_files_only(tmp_path):
   for name in ("tool.jsonl", "test_out_domain.jsonl"):
     shutil.copy(DATA / "seal_tools" / name, tmp_path / name)
