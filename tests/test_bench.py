@@ -1,6 +1,7 @@
 """`hyset bench enumerate|e2e` smoke tests: they run and their numbers are consistent."""
 import json
 import math
+import pathlib
 
 import pytest
 
@@ -101,10 +102,14 @@ def test_native_stage2_timing_runs_the_kernels_code(tmp_path, capsys):
   assert native_stage2.main(["--rounds", "1", "--json", str(out)]) == 0
   runs = json.loads(out.read_text())["runs"]["working tree"]
   assert len(runs) == 1 and runs[0]["queries"] == 1024
-  # The whole best-set group costs more than its tables alone, and every score more still
-  # (the same walk, plus 87 KB of output per query).
+  # The whole best-set group costs more than its tables alone. Whether it also beats every score
+  # (the same walk plus 87 KB of output per query) depends on the vector unit: with AVX-512 its
+  # bounds and gathers win (6.5 vs 14.3 us on a 2-core Xeon), with AVX2 alone they cost more
+  # than they prune on random inputs (59 vs 35 us on a 2-core AMD EPYC, 2026-12-03, at this
+  # commit and at 206c923 alike), so that order is asserted only where AVX-512 is present.
   assert 0 < runs[0]["tables_us_per_query"] < runs[0]["best_us_per_query"]
-  assert runs[0]["best_us_per_query"] < runs[0]["scores_us_per_query"]
+  if "avx512f" in pathlib.Path("/proc/cpuinfo").read_text():
+    assert runs[0]["best_us_per_query"] < runs[0]["scores_us_per_query"]
   assert "| working tree |" in capsys.readouterr().out
   assert native_stage2.main(["--compare", "no-such-rev", "--json", str(tmp_path / "x.json")]) == 2
   assert "git cannot show" in capsys.readouterr().err
