@@ -54,7 +54,7 @@ def preset_config(preset: str, steps: int | None, overrides: list[str]):
 
 def preset_data(preset: str, config):
   from hyset_jax.testing import synthetic_data
-  from hyset_jax.train_data import prepare_data
+  from hyset_jax.training.train_data import prepare_data
   return synthetic_data() if preset.startswith("synthetic") else prepare_data(config)
 
 
@@ -76,8 +76,9 @@ def worker(args) -> int:
   after every step of ``args.dump`` plus the test metrics to ``args.out``."""
   import jax
   import optax
-  from hyset_jax import dry_run, modeldir, sharding, train
-  from hyset_jax.evaluation import evaluate_split
+  from hyset_jax.io import modeldir
+  from hyset_jax.training import dry_run, sharding, train
+  from hyset_jax.evaluation.evaluator import evaluate_split
   sharding.maybe_initialize_distributed()  # before the encoder touches JAX (prepare_data)
   if args.adam_eps is not None:
     # Measurement only: the candidate fix, Adam with a larger ε, in this worker process.
@@ -223,7 +224,8 @@ def grads_report(preset: str, overrides: list[str], eps_values: list[float]) -> 
   from the same θ and the same batches (built once, on the reference)."""
   import jax
   import optax
-  from hyset_jax import batches, model, sharding, train
+  from hyset_jax.model import parameters
+  from hyset_jax.training import batches, sharding, train
   config = preset_config(preset, None, overrides)
   data = preset_data(preset, config)
   mc, tc = config.model, config.train
@@ -231,11 +233,11 @@ def grads_report(preset: str, overrides: list[str], eps_values: list[float]) -> 
   meshes = {"1": sharding.make_mesh(1), "8x1": sharding.make_mesh(8, data=8, tools=1),
             "2x4": sharding.make_mesh(8, data=2, tools=4)}
   optimizer = train.make_optimizer(tc)
-  theta0 = model.init_theta(data.tool_embeddings, qs.embeddings.shape[1], mc, tc.seed)
+  theta0 = parameters.init_theta(data.tool_embeddings, qs.embeddings.shape[1], mc, tc.seed)
   rows = list(range(tc.batch_size))
   # Step 0's update is 0 (the warm-up starts at lr 0) and θ only passes through constrain,
   # so both batches are built from θ0.
-  params0 = model.materialize(theta0, mc)
+  params0 = parameters.materialize(theta0, mc)
   bs = [batches.make_batch(s, params0, qs, rows, num_tools=len(data.tool_ids), mc=mc, tc=tc,
                            rewards={}) for s in range(2)]
   grads, updates = {}, {}

@@ -3,10 +3,10 @@
 A random library of N = 13,860 tools with d = 768 (unit rows), random symmetric M_2..M_5,
 K1 = 15, K_pool = 20, M = 5 (:mod:`hyset_jax.benchmarking.end_to_end`):
 
-- ``prepared``: ``inference.predict_prepared`` — what ``hyset predict`` runs: stage 1 as one
+- ``prepared``: ``pipeline.predict_prepared`` — what ``hyset predict`` runs: stage 1 as one
   product with P Zᵀ, the neighbour-table expansion, G_m from the precomputed Z M_m, best-only
   stage 2, ranking; next to a dense top-K_pool pass over the same library, timed interleaved;
-- ``reference``: ``inference.predict`` from θ (full expansion scan, G_m per query), the path
+- ``reference``: ``pipeline.predict`` from θ (full expansion scan, G_m per query), the path
   the issue measured, for the speed-up in the same run;
 - encoder included, when the frozen encoder is available: tokenise + encode + predict.
 """
@@ -18,7 +18,7 @@ import time
 import jax
 import numpy as np
 
-from hyset_jax import inference
+from hyset_jax.inference import pipeline
 from hyset_jax.benchmarking import end_to_end as e2e
 
 N, D, K1, K_POOL, M = 13_860, 768, 15, 20, 5
@@ -51,7 +51,7 @@ def prepared_rows(batches, methods, repeats: int, log, prepared=None) -> list[di
 
 
 def reference_rows(batches, repeats: int, log) -> list[dict]:
-  """``inference.predict`` from θ: the full expansion scan and per-query G_m."""
+  """``pipeline.predict`` from θ: the full expansion scan and per-query G_m."""
   params = e2e.random_params(N, D, M)
   rng = np.random.default_rng(1)
   rows = []
@@ -59,7 +59,7 @@ def reference_rows(batches, repeats: int, log) -> list[dict]:
     q = rng.normal(size=(batch, D)).astype(np.float32)
     q = jax.device_put(q / np.linalg.norm(q, axis=1, keepdims=True))
     kw = dict(k1=K1, k_pool=K_POOL, max_size=M)
-    compiled = inference.predict.lower(params, q, **kw).compile()
+    compiled = pipeline.predict.lower(params, q, **kw).compile()
     times = _time(lambda: jax.block_until_ready(compiled(params, q)), repeats)
     t = statistics.median(times)
     rows.append({"kind": "reference (predict from θ)", "batch": batch, "times_s": times,
@@ -86,7 +86,7 @@ def encoder_rows(batches, repeats: int, log) -> list[dict] | str:
 
     def run():
       emb = encoder.encode(texts, batch_size=max(1, batch), progress=False)
-      return jax.block_until_ready(inference.predict_prepared(prep, emb, **kw))
+      return jax.block_until_ready(pipeline.predict_prepared(prep, emb, **kw))
 
     times = _time(run, repeats)
     enc = _time(lambda: encoder.encode(texts, batch_size=max(1, batch), progress=False), repeats)

@@ -5,7 +5,7 @@ import gc
 import math
 import time
 
-from hyset_jax import enumeration
+from hyset_jax.inference import enumeration
 from hyset_jax.benchmarking import runners, workload
 
 # The incidence-matmul form bakes C(K,2) × C(K,M) constants into the program; past this size

@@ -3,7 +3,7 @@
   python -m benchmarks.finetune_encoder --mode top_layers --n-layers 2 --steps 200 --out DIR
   python -m benchmarks.finetune_encoder --mode frozen --steps 200 --out DIR   # the control
 
-Runs :func:`hyset_jax.finetune.finetune` on a config (default the ``toollens`` preset, official
+Runs :func:`hyset_jax.training.finetune.finetune` on a config (default the ``toollens`` preset, official
 split) and writes into DIR what it writes (encoder/, model/, metrics.json) plus:
 
 - ``report.json`` / ``report.md``: validation and test metrics before (step 0 = the frozen
@@ -138,7 +138,7 @@ def _md_table(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
   from hyset_jax import config as config_lib
-  from hyset_jax.finetune import TUNE_MODES, EncoderTuneConfig, finetune
+  from hyset_jax.training.finetune import TUNE_MODES, EncoderTuneConfig, finetune
 
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--mode", choices=TUNE_MODES, required=True)
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> dict:
   tune = EncoderTuneConfig(mode=args.mode, n_layers=args.n_layers, lora_rank=args.lora_rank,
                            learning_rate=args.encoder_lr)
   from hyset_jax.encoder import layer_cache, load_encoder
-  from hyset_jax.train_data import prepare_data
+  from hyset_jax.training.train_data import prepare_data
   t0 = time.time()
   data = prepare_data(config)
   summary = finetune(config, tune, args.out, data=data, init_model=args.init_model,

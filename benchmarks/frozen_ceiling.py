@@ -41,7 +41,7 @@ def _unit(x: np.ndarray) -> np.ndarray:
 def run(args: argparse.Namespace) -> int:
   from sklearn.linear_model import LogisticRegression
   from hyset_jax import config as config_lib, io_utils
-  from hyset_jax.train_data import prepare_data
+  from hyset_jax.training.train_data import prepare_data
   config = config_lib.resolve(args.config, [f"model.encoder={args.encoder}"] if args.encoder
                               else [])
   stem = f"frozen_ceiling_{args.config}" + (f"_{pathlib.Path(args.encoder).resolve().parent.name}"

@@ -4,7 +4,7 @@
       [--batches 1 64] [--repeats 5] [--queries N] [--out benchmarks/results] [--force]
 
 A model with the lexical term answers a request in three steps:
-the query encoder, BM25 of the query text over the tool texts (b, ``hyset_jax.lexical``) and
+the query encoder, BM25 of the query text over the tool texts (b, ``hyset_jax.model.lexical``) and
 the prepared two-stage prediction with ℓ' = ℓ + β·b. Without the term the middle step is
 absent and the prediction reads ℓ. For each batch size this times, over every test query of
 the config's data set (the first --queries of them) in batches of that size (the last one
@@ -40,14 +40,14 @@ def time_steps(model, encoder, texts: list[str], batch: int, repeats: int,
                progress=None) -> dict[str, float]:
   """Median ms/query of each of :data:`STEPS` over ``repeats`` passes over ``texts`` in
   batches of ``batch``, after one untimed pass."""
-  from hyset_jax import inference
-  from hyset_jax.query_inputs import QueryInputs
-  prepared = inference.prepare(model.params, max_size=model.max_set_size, k_pool=model.k_pool)
+  from hyset_jax.inference import pipeline
+  from hyset_jax.model.query_inputs import QueryInputs
+  prepared = pipeline.prepare(model.params, max_size=model.max_set_size, k_pool=model.k_pool)
   plain = prepared._replace(params=prepared.params._replace(lexical_weight=None))
   chunks = [texts[i:i + batch] for i in range(0, len(texts), batch)]
 
   def predict(m, emb, lex):
-    return inference.predict_batched(m, QueryInputs(emb, lex), k1=model.k1,
+    return pipeline.predict_batched(m, QueryInputs(emb, lex), k1=model.k1,
                                      k_pool=model.k_pool, max_size=model.max_set_size,
                                      batch_size=batch, ranking=model.default_ranking)
 
@@ -116,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
   from hyset_jax import config as config_lib, io_utils
   from hyset_jax.encoder import load_encoder
   from hyset_jax.errors import UserError
-  from hyset_jax.modeldir import load_model_dir
-  from hyset_jax.train_data import load_config_dataset
+  from hyset_jax.io.modeldir import load_model_dir
+  from hyset_jax.training.train_data import load_config_dataset
   if min(args.repeats, *args.batches, args.queries or 1) < 1:
     raise UserError("--repeats, --queries and every --batches value must be at least 1")
   out_json, out_md, out_png = (

@@ -3,7 +3,7 @@
   python -m benchmarks.native_stage2 [--compare REV ...] [--rounds 3] [--json FILE] [--force]
       [--model DIR --config NAME]
 
-Compiles benchmarks/native/stage2_timing.cc around ``hyset_jax/native/subsets.cc`` (and around
+Compiles benchmarks/native/stage2_timing.cc around ``hyset_jax/inference/native/subsets.cc`` (and around
 the same file at each git revision given to ``--compare``) with the kernel's own flags, and
 runs the builds in turn, ``--rounds`` times, pinned to one core (``taskset -c 0``) when
 taskset exists. Each run times, on 1,024 random queries (K_pool = 20, M = 5), the per-group
@@ -33,14 +33,16 @@ from benchmarks import provenance
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HARNESS = ROOT / "benchmarks" / "native" / "stage2_timing.cc"
-KERNEL = ROOT / "hyset_jax" / "native" / "subsets.cc"
+KERNEL = ROOT / "hyset_jax" / "inference" / "native" / "subsets.cc"
+# Where the kernel lived before the package split (a --compare revision may predate it).
+KERNEL_DIRS = ("hyset_jax/inference/native", "hyset_jax/native")
 KEYS = ("tables_us_per_query", "best_us_per_query", "scores_us_per_query")
 
 
 def build(label: str, source: pathlib.Path, workdir: pathlib.Path) -> pathlib.Path:
   """The harness compiled around ``source`` (a subsets.cc beside its parallel.h)."""
   import jax
-  from hyset_jax import native
+  from hyset_jax.inference import native
   from hyset_jax.errors import UserError
 
   exe = workdir / f"stage2_{label}"
@@ -64,11 +66,12 @@ def trained_inputs(model_dir: str, config_name: str, path: pathlib.Path) -> tupl
   """Writes ℓ f32[Q, K] then G f32[Q, M−1, K, K] of the model's shortlists for the config's
   first 1,024 test queries (repeated when fewer) to ``path``; returns (K, M)."""
   import numpy as np
-  from hyset_jax import config as config_lib, inference
+  from hyset_jax import config as config_lib
+  from hyset_jax.inference import pipeline
   from hyset_jax.encoder import encode_cached, load_encoder
   from hyset_jax.errors import UserError
-  from hyset_jax.modeldir import load_model_dir
-  from hyset_jax.train_data import load_config_dataset
+  from hyset_jax.io.modeldir import load_model_dir
+  from hyset_jax.training.train_data import load_config_dataset
 
   model = load_model_dir(model_dir)
   if model.query_encoder is None:
@@ -77,10 +80,10 @@ def trained_inputs(model_dir: str, config_name: str, path: pathlib.Path) -> tupl
   test = load_config_dataset(c, model.max_set_size).split(c.test_split)
   texts = [test[i % len(test)].text for i in range(QUERIES)]
   emb = encode_cached(load_encoder(model.query_encoder), texts)
-  prep = inference.prepare(model.params, max_size=model.max_set_size, k_pool=model.k_pool)
-  sl = inference.shortlist_prepared(prep, model.query_inputs(emb, texts), model.k1,
+  prep = pipeline.prepare(model.params, max_size=model.max_set_size, k_pool=model.k_pool)
+  sl = pipeline.shortlist_prepared(prep, model.query_inputs(emb, texts), model.k1,
                                     model.k_pool)
-  pairs = inference.pair_matrices_prepared(prep, emb, sl.tools)
+  pairs = pipeline.pair_matrices_prepared(prep, emb, sl.tools)
   with open(path, "wb") as f:
     f.write(np.asarray(sl.logits, np.float32).tobytes())
     f.write(np.asarray(pairs, np.float32).tobytes())
@@ -93,11 +96,14 @@ def source_at(rev: str, workdir: pathlib.Path) -> pathlib.Path:
 
   folder = pathlib.Path(tempfile.mkdtemp(prefix="rev_", dir=workdir))
   for name in ("subsets.cc", "parallel.h"):
-    done = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:hyset_jax/native/{name}"],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-      raise UserError(f"--compare {rev}: git cannot show hyset_jax/native/{name} there "
-                      f"({done.stderr.strip()})")
+    for where in KERNEL_DIRS:
+      done = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{where}/{name}"],
+                            capture_output=True, text=True)
+      if done.returncode == 0:
+        break
+    else:
+      raise UserError(f"--compare {rev}: git cannot show {name} in {' or '.join(KERNEL_DIRS)} "
+                      f"there ({done.stderr.strip()})")
     (folder / name).write_text(done.stdout)
   return folder / "subsets.cc"
 

@@ -12,7 +12,7 @@ K1 = 15, K_pool = 20, M = 5 — it:
 2. runs the authors' scorer on that checkpoint and the query embeddings, one query at a time
    (``benchmarks/peer_torch.py`` in the peer's environment, importing their
    ``src/hyset_model.py`` from ``--peer`` at run time);
-3. runs ours, ``inference.predict_batched(..., ranking="greedy")`` — what
+3. runs ours, ``pipeline.predict_batched(..., ranking="greedy")`` — what
    ``hyset predict --ranking greedy`` runs — on the same parameters and queries;
 4. reports per query whether the shortlist (in order), the best set, its score (within 1e-4
    relative, absolute below 1) and the greedy ranking of length M agree, and explains each
@@ -29,7 +29,7 @@ it needs torch and numpy only::
   benchmarks/.venv-peer/bin/pip install torch==2.13.0 numpy   # the CPU wheel; torch is ~1 GB
 
 The project's own environment never gets torch: the checkpoint is written by
-:mod:`hyset_jax.peer.torch_format` without it.
+:mod:`hyset_jax.io.peer.torch_format` without it.
 """
 from __future__ import annotations
 
@@ -69,8 +69,8 @@ def random_model(n_tools: int, dim: int, k1: int, k_pool: int, max_size: int, se
   Z, P with unit-scale logits, symmetric M_m whose pair terms z_aᵀ M_m z_b have standard
   deviation pair_scale / (m − 1)^pair_decay. At 0.3 and decay 0 (the paper-scale run) the
   best set always has M tools; 0.15 and decay 1 give best sets of every size."""
-  from hyset_jax.modeldir import ModelDir
-  from hyset_jax.scoring import HysetParams
+  from hyset_jax.io.modeldir import ModelDir
+  from hyset_jax.model.scoring import HysetParams
   rng = np.random.default_rng(seed)
   z = rng.standard_normal((n_tools, dim)).astype(np.float32)
   z /= np.linalg.norm(z, axis=1, keepdims=True)
@@ -105,7 +105,7 @@ def peer_python(explicit: str | None = None) -> pathlib.Path | None:
 def export_checkpoint(model, work: pathlib.Path) -> pathlib.Path:
   """``hyset export --format hyset-pytorch`` of ``model``: the path of its best.pt."""
   from hyset_jax import cli
-  from hyset_jax.modeldir import save_model_dir
+  from hyset_jax.io.modeldir import save_model_dir
   save_model_dir(work / "model", model)
   rc = cli.main(["export", "--workdir", str(work / "model"), "--out", str(work / "export"),
                  "--format", "hyset-pytorch"])
@@ -129,8 +129,8 @@ def run_peer(python: pathlib.Path, peer: pathlib.Path, ckpt: pathlib.Path,
 
 def run_ours(model, queries: np.ndarray, batch_size: int = 64, prepared=None):
   """``hyset predict --ranking greedy``'s library call: Prediction of NumPy arrays."""
-  from hyset_jax import inference
-  return inference.predict_batched(
+  from hyset_jax.inference import pipeline
+  return pipeline.predict_batched(
       prepared if prepared is not None else model.params, queries, k1=model.k1,
       k_pool=model.k_pool, max_size=model.max_set_size, batch_size=batch_size,
       ranking="greedy")
@@ -228,7 +228,7 @@ def compare(model, queries: np.ndarray, pred, peer_doc: dict) -> dict:
 def agreement(config: dict, peer: pathlib.Path, python: pathlib.Path, n_queries: int,
               work: pathlib.Path, seed: int = 0) -> dict:
   """Build, export, run both sides and compare, for one model configuration."""
-  from hyset_jax.peer import convert, torch_format
+  from hyset_jax.io.peer import convert, torch_format
   model = random_model(config["n_tools"], config["dim"], config["k1"], config["k_pool"],
                        config["max_size"], seed, config.get("pair_scale", 0.3),
                        config.get("pair_decay", 0.0))
@@ -252,9 +252,9 @@ def agreement(config: dict, peer: pathlib.Path, python: pathlib.Path, n_queries:
 def speed(model, peer_doc: dict, n_batch1: int, seed: int = 7) -> dict:
   """Seconds per query: the authors' (from their run), ours at batch 1 and batch 64."""
   import jax
-  from hyset_jax import inference
+  from hyset_jax.inference import pipeline
   t0 = time.perf_counter()
-  prepared = inference.prepare(model.params, max_size=model.max_set_size, k_pool=model.k_pool)
+  prepared = pipeline.prepare(model.params, max_size=model.max_set_size, k_pool=model.k_pool)
   jax.block_until_ready(prepared)
   prepare_s = time.perf_counter() - t0
   queries = random_queries(max(SPEED_BATCH, n_batch1), model.params.projection.shape[0], seed)
@@ -286,7 +286,7 @@ def summary_md(results: list[dict], timing: dict | None, meta: dict) -> str:
            "Random models of the paper's configuration (K1 = 15, K_pool = 20, M = 5), exported "
            "with `hyset export --format hyset-pytorch` and scored by the authors' "
            "`HYSETScorer.retrieve_from_embedding` and by `hyset predict --ranking greedy`'s "
-           "`inference.predict_batched`. Score: within 1e-4 relative (absolute below 1).", "",
+           "`pipeline.predict_batched`. Score: within 1e-4 relative (absolute below 1).", "",
            "| model | tools | d | queries | shortlist | best set | score | greedy ranking | "
            "max score rel. diff | best-set sizes (size:queries) |",
            "|---|---|---|---|---|---|---|---|---|---|"]
@@ -313,7 +313,7 @@ def summary_md(results: list[dict], timing: dict | None, meta: dict) -> str:
               f"| hyset-jax, batch {SPEED_BATCH} | {t['ours_batch64_s_per_query']:.4g} | "
               f"{1 / t['ours_batch64_s_per_query']:.3g} | {t['ratio_batch64']:.3g}× |", "",
               f"Once per model: the authors' checkpoint load {t['theirs_load_s']:.3g} s; ours "
-              f"`inference.prepare` (Z Pᵀ, Z M_m and the expansion's neighbour table) "
+              f"`pipeline.prepare` (Z Pᵀ, Z M_m and the expansion's neighbour table) "
               f"{t['prepare_s']:.3g} s, not in the per-query times. The authors' mean per "
               f"query, first query included: {t['theirs_s_per_query_mean']:.4g} s."]
   return "\n".join(lines) + "\n"

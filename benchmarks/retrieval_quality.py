@@ -64,7 +64,7 @@ KEYS = ("recall@3", "recall@5", "ndcg@3", "ndcg@5", "comp@3", "comp@5", "set_f1"
 def run_hyset(config_name: str, variant: str, overrides: list[str], seed: int,
               runs: pathlib.Path, tag: str) -> dict:
   from hyset_jax import config as config_lib
-  from hyset_jax.train import train_and_evaluate
+  from hyset_jax.training.train import train_and_evaluate
   workdir = runs / f"{tag}_{variant}_s{seed}"
   config = config_lib.resolve(config_name, overrides + [f"train.seed={seed}"])
   fresh = not workdir.exists()
@@ -79,8 +79,9 @@ def run_hyset(config_name: str, variant: str, overrides: list[str], seed: int,
 def ranking_rows(model_dir: pathlib.Path, data, test, mc) -> dict[str, dict]:
   """The preset model under every ranking it supports (greedy not with a seen-set prior); the
   set Ê is the same under all of them."""
-  from hyset_jax import modeldir, terms
-  from hyset_jax.evaluation import evaluate_rankings
+  from hyset_jax.io import modeldir
+  from hyset_jax.model import terms
+  from hyset_jax.evaluation.evaluator import evaluate_rankings
   md = modeldir.load_model_dir(model_dir)
   mc = model_sizes(mc, md)
   chosen = md.default_ranking
@@ -93,8 +94,8 @@ def ranking_rows(model_dir: pathlib.Path, data, test, mc) -> dict[str, dict]:
 def without_prior(model_dir: pathlib.Path, data, config) -> dict:
   """Test metrics of a model directory's θ with its seen-set prior removed, ranked by the
   method validation chooses for that model."""
-  from hyset_jax import modeldir
-  from hyset_jax.evaluation import choose_ranking, evaluate_split
+  from hyset_jax.io import modeldir
+  from hyset_jax.evaluation.evaluator import choose_ranking, evaluate_split
   md = modeldir.load_model_dir(model_dir)
   params, mc = md.params._replace(prior=None), model_sizes(config.model, md)
   ranking, _ = choose_ranking(params, data.splits[config.data.val_split], data.tool_ids,
@@ -106,8 +107,8 @@ def without_prior(model_dir: pathlib.Path, data, config) -> dict:
 def without_lexical(model_dir: pathlib.Path, data, config) -> dict | None:
   """Test metrics of a model directory's θ (and prior) with its lexical term removed, ranked
   by the method validation chooses for that model; None when it has no lexical term."""
-  from hyset_jax import modeldir
-  from hyset_jax.evaluation import choose_ranking, evaluate_split
+  from hyset_jax.io import modeldir
+  from hyset_jax.evaluation.evaluator import choose_ranking, evaluate_split
   md = modeldir.load_model_dir(model_dir)
   if md.lexical is None:
     return None
@@ -126,12 +127,12 @@ def model_sizes(mc, md):
 
 
 def baselines(config, data, test) -> dict[str, dict]:
-  from hyset_jax import metrics
+  from hyset_jax.evaluation import metrics
   from hyset_jax.data.specs import load_dataset
   from hyset_jax.encoder import load_encoder
-  from hyset_jax.model import init_params
+  from hyset_jax.model.parameters import init_params
   from hyset_jax.retrievers import BM25Retriever, DenseRetriever, FusionRetriever
-  from hyset_jax.evaluation import evaluate_split
+  from hyset_jax.evaluation.evaluator import evaluate_split
   tools = load_dataset(config.data.spec).tools
   encoder = load_encoder(config.model.encoder or None)
   gold = [[data.tool_ids[t] for t in g] for g in test.gold]
@@ -179,12 +180,12 @@ def trained_baselines(config, data, test, subsets: dict[str, list[int]], seeds: 
   Returns ({subset: {row: [metrics per seed]}}, {row: [fit seconds per seed]}). The heads'
   threshold is chosen on the validation split (the one HYSET early-stops on).
   """
-  from hyset_jax import metrics
+  from hyset_jax.evaluation import metrics
   from hyset_jax.encoder import load_encoder
-  from hyset_jax.lexical import LexicalIndex
+  from hyset_jax.model.lexical import LexicalIndex
   from hyset_jax.retrievers import fit_baseline
   from hyset_jax.retrievers.heads import LexicalHeadRetriever
-  from hyset_jax.train_data import load_config_dataset
+  from hyset_jax.training.train_data import load_config_dataset
   c = config.data
   dataset = load_config_dataset(c, config.model.max_set_size)
   lexical = LexicalIndex(dataset.tools.texts) if with_lexical else None
@@ -237,8 +238,8 @@ def subset(test, keep: list[int]):
 
 def multi_tool_hyset_rows(config, data, sub, runs: pathlib.Path, args) -> dict:
   """The trained HYSET runs again, on the multi-tool test queries only."""
-  from hyset_jax import modeldir
-  from hyset_jax.evaluation import evaluate_split
+  from hyset_jax.io import modeldir
+  from hyset_jax.evaluation.evaluator import evaluate_split
   rows: dict[str, list[dict]] = {}
   for label, tag in (("HYSET, paper configuration", "paper"), ("HYSET, preset", "preset")):
     for seed in args.seeds:
@@ -334,7 +335,7 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger(noisy).setLevel(logging.WARNING)
 
   from hyset_jax import config as config_lib
-  from hyset_jax.train_data import prepare_data
+  from hyset_jax.training.train_data import prepare_data
   data_override = ([f"data.spec={args.data}"] if args.data else []) + (
       [f"model.encoder={args.encoder}"] if args.encoder else [])
   config = config_lib.resolve(args.config, data_override)

@@ -88,7 +88,7 @@ def main(argv=None) -> int:
   import jax
 
   from benchmarks import end_to_end, enumeration_suite as es, library_size, report
-  from hyset_jax import enumeration
+  from hyset_jax.inference import enumeration
   from hyset_jax.benchmarking import hardware, runners, workload
 
   quick = args.quick

@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "serve_load"))
   args = p.parse_args(argv)
 
-  from hyset_jax import modeldir
+  from hyset_jax.io import modeldir
   # Read the model first: a bad path fails here, not after a minute of scenarios.
   n_tools = len(modeldir.load_model_dir(modeldir.best_model_dir(args.model)).tool_ids)
   texts = read_texts(pathlib.Path(args.queries))

@@ -44,10 +44,10 @@ def run(args: argparse.Namespace) -> int:
   from hyset_jax import config as config_lib, io_utils
   from hyset_jax.encoder import load_encoder
   from hyset_jax.errors import UserError
-  from hyset_jax.modeldir import load_model_dir
+  from hyset_jax.io.modeldir import load_model_dir
   from hyset_jax.retrievers import fit_baseline
   from hyset_jax.retrievers.hyset import HysetRetriever
-  from hyset_jax.train_data import load_config_dataset
+  from hyset_jax.training.train_data import load_config_dataset
   out_json, out_md = (io_utils.output_file(pathlib.Path(args.out) / f"set_errors_{args.tag}.{e}",
                                            args.force, inputs=[args.model])
                       for e in ("json", "md"))

@@ -4,7 +4,7 @@ compile-time memory analysis, and a few real training steps with Z sharded 8 way
     python -m benchmarks.sharded_scale [--tools 1000000] [--dim 256] [--steps 3] [--out benchmarks/results]
 
 Writes ``sharded_scale.{json,md,png}`` to ``--out``. The memory table compiles the train step
-from shapes only (hyset_jax.dry_run, as ``hyset train --dry-run`` does), so nothing of size N is
+from shapes only (hyset_jax.training.dry_run, as ``hyset train --dry-run`` does), so nothing of size N is
 allocated for it. The training part builds the synthetic library of hyset_jax.testing (N unit
 rows, queries near their gold tools), places Z on mesh (data=1, tools=8), and runs ``--steps``
 steps of the real loop body (batches.make_batch with the per-shard top-k for hard negatives,
@@ -37,7 +37,7 @@ def _config(args):
 
 def memory_table(args, config) -> list[dict]:
   from hyset_jax import config as config_lib
-  from hyset_jax import dry_run
+  from hyset_jax.training import dry_run
   rows = []
   for t in (1, 2, 4, 8):
     c = dataclasses.replace(config, mesh=config_lib.MeshConfig(data=-1, tools=t))
@@ -52,7 +52,8 @@ def memory_table(args, config) -> list[dict]:
 def train_steps(args, config) -> dict:
   import jax
   import numpy as np
-  from hyset_jax import batches, dry_run, model, sharding, train
+  from hyset_jax.model import parameters
+  from hyset_jax.training import batches, dry_run, sharding, train
   from hyset_jax import config as config_lib
   from hyset_jax.testing import synthetic_data
   c = dataclasses.replace(config, mesh=config_lib.MeshConfig(data=1, tools=8))
@@ -80,7 +81,7 @@ def train_steps(args, config) -> dict:
   losses, step_s = [], []
   for step in range(args.steps):
     t0 = time.time()
-    params = model.materialize(state.theta, mc)
+    params = parameters.materialize(state.theta, mc)
     with jax.set_mesh(mesh):
       batch = batches.make_batch(step, params, train_qs, local_rows, num_tools=args.tools, mc=mc,
                                  tc=tc, rewards={})
@@ -105,7 +106,7 @@ def sizing_table(out: pathlib.Path) -> None:
   """docs/sharding.md's sizing table: the toolbench preset's train step (batch 256, K_neg 64,
   M 5) for library size × d_z × devices, from compile-time memory analysis (as --dry-run)."""
   from hyset_jax import config as config_lib
-  from hyset_jax import dry_run
+  from hyset_jax.training import dry_run
   rows = []
   for n in (10_000, 100_000, 1_000_000):
     for d in (384, 768):

@@ -1,4 +1,4 @@
-"""Training-step throughput on 1 and on 8 fake CPU devices (``hyset_jax.train``).
+"""Training-step throughput on 1 and on 8 fake CPU devices (``hyset_jax.training.train``).
 
 Run as a subprocess (``python -m benchmarks.training``) because the fake devices must be set
 before JAX starts: ``--xla_force_host_platform_device_count=8``. The 8 fake devices share the
@@ -21,7 +21,8 @@ def rows(device_counts=(1, 8), *, n_tools: int = 2000, dim: int = 384, batch: in
   import jax
   import numpy as np
 
-  from hyset_jax import batches, model, sharding, train
+  from hyset_jax.model import parameters
+  from hyset_jax.training import batches, sharding, train
   from hyset_jax import config as config_lib
 
   cfg = config_lib.Config()
@@ -43,7 +44,7 @@ def rows(device_counts=(1, 8), *, n_tools: int = 2000, dim: int = 384, batch: in
   for devices in device_counts:
     mesh = sharding.make_mesh(devices)
     optimizer = train.make_optimizer(tc)
-    theta = model.init_theta(tools, dim, mc, seed=seed)
+    theta = parameters.init_theta(tools, dim, mc, seed=seed)
     state = train.TrainState(theta, optimizer.init(theta))
     step = train.make_step_fn(mesh, mc, tc, optimizer)
     state = jax.device_put(state, sharding.replicated(mesh))

@@ -58,10 +58,13 @@ class UnseenSplit:
 
 
 def pooled_queries(dataset: Dataset) -> list[Query]:
-  """Every query of every split once, in split order; a repeated id must repeat its gold set."""
+  """Every query of every split once, in split order; a repeated id must repeat its gold set.
+  Requests that need no tool (empty gold, e.g. BFCL's irrelevance splits) hold no tool set."""
   seen: dict[str, Query] = {}
   for split, queries in dataset.splits.items():
     for q in queries:
+      if not q.gold:
+        continue
       first = seen.setdefault(q.id, q)
       if first.gold != q.gold:
         raise UserError(f"{dataset.name}: query {q.id!r} appears in several splits with different "

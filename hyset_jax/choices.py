@@ -18,9 +18,9 @@ from typing import Literal, get_args
 
 from hyset_jax.errors import UserError
 
-# Subset-enumeration implementations (hyset_jax.enumeration.SCORERS): four JAX forms, the
-# native CPU kernel (hyset_jax/native; XLA FFI) and the Pallas kernel for GPU/TPU
-# (hyset_jax/pallas_stage2.py; interpret mode on a CPU). "auto", the default wherever a method
+# Subset-enumeration implementations (hyset_jax.inference.enumeration.SCORERS): four JAX forms, the
+# native CPU kernel (hyset_jax/inference/native; XLA FFI) and the Pallas kernel for GPU/TPU
+# (hyset_jax/inference/pallas_stage2.py; interpret mode on a CPU). "auto", the default wherever a method
 # is chosen, resolves when a program is traced (enumeration.resolve_method): "native" on the
 # CPU backend when the kernel can be built there, "pallas" on GPU/TPU, else "gather", the
 # fastest pure-JAX form on XLA:CPU (benchmarks/README.md). Training's differentiable
@@ -34,7 +34,7 @@ DEFAULT_METHOD: MethodChoice = "auto"
 # (StableHLO, ONNX) use it too, since a custom call does not travel to other stacks.
 PORTABLE_METHOD: EnumerationMethod = "gather"
 
-# How the K_pool shortlist tools are ranked (hyset_jax.rankings.rank_tools). The delivered set
+# How the K_pool shortlist tools are ranked (hyset_jax.inference.rankings.rank_tools). The delivered set
 # is the exact argmax of Eq. 14 under every ranking; only the ranked list differs.
 Ranking = Literal["greedy", "logit", "set-first", "set-mean", "set-max"]
 RANKINGS: tuple[str, ...] = get_args(Ranking)

@@ -34,8 +34,8 @@ def main(argv: list[str] | None = None) -> int:
 def plain(text: str) -> str:
   """reST markup of module docstrings (``x``, :mod:`x`) and help strings (`x`) as plain text.
 
-  >>> plain("see :mod:`hyset_jax.export` and ``--out``")
-  'see hyset_jax.export and --out'
+  >>> plain("see :mod:`hyset_jax.io.export` and ``--out``")
+  'see hyset_jax.io.export and --out'
   """
   return re.sub(r":(?:mod|func|class|data|meth|attr|exc):", "", text).replace("`", "")
 

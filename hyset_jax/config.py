@@ -139,7 +139,7 @@ class TrainConfig:
 @dataclasses.dataclass
 class MeshConfig:
   """The device mesh (``data``, ``tools``): batch rows split on ``data``; Z, its optimiser state
-  and the per-tool products split on ``tools`` (hyset_jax.sharding, docs/sharding.md).
+  and the per-tool products split on ``tools`` (hyset_jax.training.sharding, docs/sharding.md).
 
   -1 = the rest of the devices (at most one axis). tools = 1 is plain data parallelism.
   """
@@ -168,11 +168,11 @@ class Config:
 def validate(config: Config) -> Config:
   """Cross-field checks, before any data is read or any device is touched."""
   m, t = config.model, config.train
-  from hyset_jax.enumeration import validate_sizes
+  from hyset_jax.inference.enumeration import validate_sizes
   validate_sizes(m.k_pool, m.max_set_size, k1=m.k1)
   if m.conditioned_rank < 0:
     raise UserError(f"model.conditioned_rank must be ≥ 0, got {m.conditioned_rank}")
-  from hyset_jax.model_format import SCHEMA  # no JAX: the schema's declaration of the term
+  from hyset_jax.io.model_format import SCHEMA  # no JAX: the schema's declaration of the term
   if m.set_prior and m.ranking in SCHEMA["terms"]["prior"].get("rankings_excluded", ()):
     raise UserError(f"model.set_prior=true rules out model.ranking={m.ranking} (its marginal "
                     f"gains are under F alone); use auto or another ranking")

@@ -44,16 +44,19 @@ def _run(args) -> int:
   for noisy in ("absl", "orbax", "jax"):
     logging.getLogger(noisy).setLevel(logging.WARNING)
   from hyset_jax import config as config_lib
-  from hyset_jax import inference, model, modeldir, train
-  from hyset_jax.evaluation import evaluate_split
-  from hyset_jax.train_data import prepare_data
+  from hyset_jax.inference import pipeline
+  from hyset_jax.io import modeldir
+  from hyset_jax.model import parameters
+  from hyset_jax.training import train
+  from hyset_jax.evaluation.evaluator import evaluate_split
+  from hyset_jax.training.train_data import prepare_data
 
   config = config_lib.resolve(args.config, args.overrides)
   print(f"== data {config.data.spec}: encoding tools and queries with the frozen encoder "
         f"(cached after the first run)")
   data = prepare_data(config)
   test = data.splits[config.data.test_split]
-  untrained = model.init_params(data.tool_embeddings, test.embeddings.shape[1],
+  untrained = parameters.init_params(data.tool_embeddings, test.embeddings.shape[1],
                                 config.model.max_set_size)
   before = evaluate_split(untrained, test, data.tool_ids, config.model, 256)
 
@@ -67,7 +70,7 @@ def _run(args) -> int:
   print(f"\n== {config.data.spec} test split, {before['n_queries']} queries")
   trained = f"HYSET (step {summary['best_step']}, {best.default_ranking})"
   print(_table({"untrained (= dense)": before, trained: after}))
-  pred = inference.predict_batched(best.params,
+  pred = pipeline.predict_batched(best.params,
                                    best.query_inputs(test.embeddings[:5], test.texts[:5]),
                                    k1=best.k1, k_pool=best.k_pool, max_size=best.max_set_size)
   print("\n== a few test queries")

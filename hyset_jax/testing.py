@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from hyset_jax import config as config_lib
-from hyset_jax.train_data import QuerySet, TrainingData
+from hyset_jax.training.train_data import QuerySet, TrainingData
 
 
 def synthetic_data(n_tools: int = 40, dim: int = 16, n_queries: int = 96, max_size: int = 3,
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
   """``python -m hyset_jax.testing WORKDIR [--steps N]``: a synthetic training run as a real
   process — what the fault tests kill with SIGKILL and the soak kills over and over."""
   import argparse
-  from hyset_jax.train import train_and_evaluate
+  from hyset_jax.training.train import train_and_evaluate
   parser = argparse.ArgumentParser(description=main.__doc__)
   parser.add_argument("workdir")
   parser.add_argument("--steps", type=int, default=40)

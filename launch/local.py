@@ -3,7 +3,7 @@
 
     python launch/local.py --num-processes 2 [--devices-per-process 4] -- hyset train --config tiny --workdir runs/tiny
 
-Every rank gets the environment ``hyset_jax.sharding.maybe_initialize_distributed`` reads:
+Every rank gets the environment ``hyset_jax.training.sharding.maybe_initialize_distributed`` reads:
 
   JAX_COORDINATOR_ADDRESS  127.0.0.1:<a free port>   (rank 0 hosts the coordinator)
   JAX_NUM_PROCESSES        N

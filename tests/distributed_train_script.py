@@ -40,7 +40,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
   from hyset_jax import config as config_lib
-  from hyset_jax import train
+  from hyset_jax.training import train
   from hyset_jax.testing import small_config, synthetic_data
   args = parse(argv)
   config = config_lib.validate(config_lib.apply_overrides(small_config(num_steps=args.steps),

@@ -1,6 +1,6 @@
 """Shared by the serving tests: a small trained model that takes real text, and a live server.
 
-The model is trained for real (:func:`hyset_jax.train.train_and_evaluate` on the synthetic data
+The model is trained for real (:func:`hyset_jax.training.train.train_and_evaluate` on the synthetic data
 of :mod:`hyset_jax.testing`, 384-d so the default MiniLM encoder feeds it) and its manifest
 names that encoder, so ``hyset predict --queries`` and ``hyset serve`` run the whole text path.
 """
@@ -29,7 +29,7 @@ def train_tiny_model(workdir: pathlib.Path) -> pathlib.Path:
   """A trained 40-tool model (M = 3, K1 = 4, K_pool = 8) reading MiniLM query embeddings."""
   from hyset_jax import testing
   from hyset_jax.encoder import DEFAULT_MODEL_NAME
-  from hyset_jax.train import train_and_evaluate
+  from hyset_jax.training.train import train_and_evaluate
   data = dataclasses.replace(testing.synthetic_data(dim=384), query_encoder=DEFAULT_MODEL_NAME)
   # One device: serving is tested here, not the sharded step (its compile is half as long).
   train_and_evaluate(testing.small_config(), workdir, data=data, progress=False, num_devices=1)

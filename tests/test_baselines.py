@@ -4,7 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from hyset_jax import cli, metrics, retrievers
+from hyset_jax import cli, retrievers
+from hyset_jax.evaluation import metrics
 from hyset_jax.commands import eval as eval_cmd
 from hyset_jax.data.specs import load_dataset
 from hyset_jax.data.types import Query, ToolLibrary

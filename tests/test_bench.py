@@ -5,7 +5,8 @@ import pathlib
 
 import pytest
 
-from hyset_jax import choices, cli, enumeration
+from hyset_jax import choices, cli
+from hyset_jax.inference import enumeration
 from hyset_jax.benchmarking import references, runners, workload
 
 
@@ -150,9 +151,10 @@ def test_native_stage2_timing_on_a_trained_models_inputs(tmp_path, capsys):
   # A model with the lexical term (what --config bfcl writes): its inputs are ℓ' of the query
   # texts, not ℓ.
   import dataclasses
-  from hyset_jax import config as config_lib, modeldir
-  from hyset_jax.lexical import LexicalIndex
-  from hyset_jax.train_data import load_config_dataset
+  from hyset_jax import config as config_lib
+  from hyset_jax.io import modeldir
+  from hyset_jax.model.lexical import LexicalIndex
+  from hyset_jax.training.train_data import load_config_dataset
   plain = modeldir.load_model_dir(work / "best")
   tools = load_config_dataset(config_lib.resolve("tiny").data, plain.max_set_size).tools
   texts = dict(zip(tools.ids, tools.texts))

@@ -1,4 +1,4 @@
-"""A model carried onto another tool library (hyset_jax.carry) by ``hyset predict --tools`` and
+"""A model carried onto another tool library (hyset_jax.io.carry) by ``hyset predict --tools`` and
 ``hyset eval --model``: the same predictions as the hand-made ``hyset tools remove`` + ``hyset
 tools add`` steps, a line on stderr saying what changed, nothing when nothing did, and exit 2
 when there is nothing to carry onto.
@@ -15,11 +15,12 @@ import json
 import numpy as np
 import pytest
 
-from hyset_jax import carry, cli, modeldir
+from hyset_jax import cli
+from hyset_jax.io import carry, modeldir
 from hyset_jax.data.specs import load_dataset
 from hyset_jax.errors import UserError
-from hyset_jax.lexical import LexicalIndex
-from hyset_jax.scoring import SetPrior
+from hyset_jax.model.lexical import LexicalIndex
+from hyset_jax.model.scoring import SetPrior
 
 from test_encoder import write_tiny_model
 from test_model_extensions import random_params

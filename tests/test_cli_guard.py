@@ -33,7 +33,8 @@ import sys
 import numpy as np
 import pytest
 
-from hyset_jax import cli, reference
+from hyset_jax import cli
+from hyset_jax.io import reference
 from toolscout import cli as toolscout_cli
 
 from test_predict_cli import write_model_dir
@@ -156,8 +157,8 @@ def valid(tmp_path_factory, shared_data) -> dict[str, pathlib.Path]:
   root = tmp_path_factory.mktemp("valid")
   write_model_dir(root / "model")
   # The authors' checkpoint of the same model (its func_names are the BEIR library's ids).
-  from hyset_jax.modeldir import load_model_dir
-  from hyset_jax.peer.convert import write_export
+  from hyset_jax.io.modeldir import load_model_dir
+  from hyset_jax.io.peer.convert import write_export
   write_export(root / "ckpt", load_model_dir(root / "model"))
   np.save(root / "q.npy", np.random.default_rng(0).normal(size=(3, 6)).astype(np.float32))
   (root / "texts.jsonl").write_text('{"text": "get the weather"}\n')
@@ -312,7 +313,7 @@ def test_reference_as_a_script_and_a_module(valid, tmp_path):
   """reference.py run as a file and as ``python -m``: the same guard, in a real process."""
   out = tmp_path / "out.json"
   out.write_bytes(PRECIOUS)
-  for launcher in ([str(REPO / "hyset_jax" / "reference.py")], ["-m", "hyset_jax.reference"]):
+  for launcher in ([str(REPO / "hyset_jax" / "io" / "reference.py")], ["-m", "hyset_jax.io.reference"]):
     proc = subprocess.run([sys.executable, *launcher, "--model", str(valid["MODEL"]),
                            "--query-embeddings", str(valid["Q"]), "--out", str(out)],
                           capture_output=True, text=True, timeout=120, cwd=REPO,

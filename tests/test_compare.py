@@ -1,4 +1,4 @@
-"""``hyset compare`` and :mod:`hyset_jax.significance`: the statistics against hand-computed
+"""``hyset compare`` and :mod:`hyset_jax.evaluation.significance`: the statistics against hand-computed
 cases and scipy, and the command end to end on small files."""
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from hyset_jax import cli, metrics, significance
+from hyset_jax import cli
+from hyset_jax.evaluation import metrics, significance
 from hyset_jax.data import splits
 from hyset_jax.data.specs import load_dataset
 

@@ -7,9 +7,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyset_jax import enumeration, inference, model, scoring
+from hyset_jax.inference import enumeration, pipeline
+from hyset_jax.model import parameters, scoring
 from hyset_jax.errors import UserError
-from hyset_jax.scoring import HysetParams
+from hyset_jax.model.scoring import HysetParams
 
 import reference_impl as ref
 
@@ -129,7 +130,7 @@ def test_two_stage_matches_bruteforce(n, k1, k_pool, max_size):
   rng = np.random.default_rng(n + k1)
   z, p, ms = random_params(rng, n, 8, max_size, d_r=5, scale=0.8)
   r = rng.normal(size=(2, 5))
-  pred = inference.predict(as_params(z, p, ms), jnp.asarray(r, jnp.float32), k1=k1,
+  pred = pipeline.predict(as_params(z, p, ms), jnp.asarray(r, jnp.float32), k1=k1,
                            k_pool=k_pool, max_size=max_size)
   for q in range(2):
     shortlist, best, best_score, greedy = ref.two_stage(r[q], z, p, ms, k1, k_pool, max_size)
@@ -150,9 +151,9 @@ def test_gather_and_colex_agree_at_paper_scale():
   z, p, ms = random_params(rng, 60, 8, 5, scale=0.3)
   r = rng.normal(size=(5, 8))
   params = as_params(z, p, ms)
-  a = inference.predict(params, jnp.asarray(r, jnp.float32), k1=15, k_pool=20, max_size=5,
+  a = pipeline.predict(params, jnp.asarray(r, jnp.float32), k1=15, k_pool=20, max_size=5,
                         method="colex")
-  b = inference.predict(params, jnp.asarray(r, jnp.float32), k1=15, k_pool=20, max_size=5,
+  b = pipeline.predict(params, jnp.asarray(r, jnp.float32), k1=15, k_pool=20, max_size=5,
                         method="gather")
   np.testing.assert_array_equal(a.set_tools, b.set_tools)
   np.testing.assert_allclose(a.set_score, b.set_score, atol=1e-5)
@@ -220,7 +221,7 @@ def test_padding_never_changes_a_score():
 def test_interaction_gradient_is_symmetric_and_init_has_unit_rows():
   rng = np.random.default_rng(5)
   emb = rng.normal(size=(10, 6)) * 3
-  params = model.init_params(emb, query_dim=6, max_set_size=3)
+  params = parameters.init_params(emb, query_dim=6, max_set_size=3)
   np.testing.assert_allclose(np.linalg.norm(params.tool_embeddings, axis=1), 1.0, atol=1e-6)
   np.testing.assert_array_equal(params.projection, np.eye(6))
   assert not np.any(params.interactions)
@@ -234,7 +235,7 @@ def test_interaction_gradient_is_symmetric_and_init_has_unit_rows():
   assert np.any(grad)
   np.testing.assert_allclose(grad, np.swapaxes(grad, 1, 2), atol=1e-6)
   # Non-square projection: a length-preserving random map.
-  params = model.init_params(emb, query_dim=9, max_set_size=3)
+  params = parameters.init_params(emb, query_dim=9, max_set_size=3)
   assert params.projection.shape == (9, 6)
   np.testing.assert_allclose(params.projection.T @ params.projection, np.eye(6), atol=1e-5)
 
@@ -242,10 +243,10 @@ def test_interaction_gradient_is_symmetric_and_init_has_unit_rows():
 def test_untrained_model_is_the_dense_retriever():
   rng = np.random.default_rng(6)
   emb = rng.normal(size=(60, 8))
-  params = model.init_params(emb, query_dim=8, max_set_size=5)
+  params = parameters.init_params(emb, query_dim=8, max_set_size=5)
   r = rng.normal(size=(5, 8))
   r /= np.linalg.norm(r, axis=1, keepdims=True)
-  pred = inference.predict(params, jnp.asarray(r, jnp.float32), k1=15, k_pool=20, max_size=5)
+  pred = pipeline.predict(params, jnp.asarray(r, jnp.float32), k1=15, k_pool=20, max_size=5)
   cos = r @ (emb / np.linalg.norm(emb, axis=1, keepdims=True)).T
   order = np.argsort(-cos, axis=1, kind="stable")[:, :20]
   np.testing.assert_array_equal(pred.ranking, order)
@@ -268,7 +269,7 @@ def test_shape_and_size_errors_are_clear():
   with pytest.raises(UserError, match="unknown enumeration method"):
     enumeration.score_subsets(jnp.zeros((1, 6)), jnp.zeros((1, 2, 6, 6)), table, "magic")
   with pytest.raises(UserError, match="max_set_size must be ≥ 2"):
-    model.init_params(np.eye(3), 3, 1)
+    parameters.init_params(np.eye(3), 3, 1)
 
 
 def test_predict_batched_pads_and_validates():
@@ -276,12 +277,12 @@ def test_predict_batched_pads_and_validates():
   z, p, ms = random_params(rng, 30, 6, 3)
   params = as_params(z, p, ms)
   r = rng.normal(size=(7, 6)).astype(np.float32)
-  full = inference.predict(params, r, k1=4, k_pool=8, max_size=3)
-  chunked = inference.predict_batched(params, r, k1=4, k_pool=8, max_size=3, batch_size=3)
+  full = pipeline.predict(params, r, k1=4, k_pool=8, max_size=3)
+  chunked = pipeline.predict_batched(params, r, k1=4, k_pool=8, max_size=3, batch_size=3)
   for a, b in zip(full, chunked):
     # Scores to the contract's 1e-5: the prepared path forms G_m another way (from Z M_m,
     # and natively its mirrored upper triangle), a few ulp apart.
     np.testing.assert_allclose(np.asarray(a), b, atol=1e-5)
   np.testing.assert_array_equal(np.asarray(full.set_tools), chunked.set_tools)
   with pytest.raises(UserError, match="fewer than k_pool"):
-    inference.predict_batched(params, r, k1=4, k_pool=40, max_size=3)
+    pipeline.predict_batched(params, r, k1=4, k_pool=40, max_size=3)

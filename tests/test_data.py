@@ -80,11 +80,12 @@ def test_bfcl_loads_without_importing_the_package(bfcl_data):
           "live_simple", "live_multiple", "simple_java"} <= set(sources)
   assert len(queries) > 2000 and len(bfcl_data.tools) > 1500
   notes = "\n".join(bfcl_data.notes)
-  assert "skipped 3 categories without answers: irrelevance, live_irrelevance, " \
-         "live_relevance" in notes
+  assert "skipped 1 category without answers: live_relevance" in notes
+  assert "no-tool queries (empty gold set) of the irrelevance categories" in notes
   assert "multi_turn_base" in notes and "format_sensitivity" in notes
   assert "differing definitions" in notes
-  assert list(bfcl_data.splits) == ["train", "validation", "test"]
+  assert list(bfcl_data.splits) == ["train", "validation", "test", "irrelevant_train",
+                                    "irrelevant_validation", "irrelevant_test"]
   assert max(len(q.gold) for q in queries) >= 2
 
 
@@ -177,7 +178,8 @@ def test_stats_command(tmp_path, capsys):
   assert stats["queries_missing_gold"]["count"] == 0
 
   rc, stdout, _ = run_cli(capsys, "data", "stats", "bfcl")
-  assert rc == 0 and "live_multiple" in stdout and "skipped 3 categories" in stdout
+  assert rc == 0 and "live_multiple" in stdout and "skipped 1 category" in stdout
+  assert "no-tool queries (empty gold set): 1124 (irrelevant_train " in stdout
 
 
 def test_stats_reports_missing_gold_tools(tmp_path, capsys):
@@ -385,11 +387,17 @@ def test_small_bfcl_folder(tmp_path):
   data = load_dataset(f"bfcl:{_bfcl_dir(tmp_path)}")
   assert set(data.tools.ids) == {"f", "g", "h", "z"}
   queries = {q.id: q for qs in data.splits.values() for q in qs}
-  assert set(queries) == {"simple_0", "simple_1", "parallel_0"}
+  assert set(queries) == {"simple_0", "simple_1", "parallel_0", "irrelevance_0"}
   assert queries["parallel_0"].gold == ("f", "h")
   assert queries["parallel_0"].source == "parallel" and queries["simple_0"].text == "ask"
+  # The irrelevance question is a no-tool query, in the irrelevant_ twin of its hash split.
+  assert queries["irrelevance_0"].gold == () and queries["irrelevance_0"].source == "irrelevance"
+  assert queries["irrelevance_0"] in data.split(
+      "irrelevant_" + splits.assign("irrelevance_0"))
   notes = "\n".join(data.notes)
-  assert "skipped 1 category without answers: irrelevance" in notes
+  assert "read 1 no-tool queries (empty gold set) of the irrelevance categories: " \
+         "irrelevance 1" in notes
+  assert "without answers" not in notes
   assert "skipped 1 category without inline function lists" in notes
   assert "1 file that are not question files: format_sensitivity" in notes
   assert "1 function names had differing definitions (e.g. 'f')" in notes

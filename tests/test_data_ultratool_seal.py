@@ -134,7 +134,7 @@ def test_validation_is_carved_from_train_by_hash(spec):
                                                   ("seal_tools", "seal", 6)])
 def test_presets_resolve_and_read_their_data(name, scheme, max_size):
   from hyset_jax import config
-  from hyset_jax.train_data import load_config_dataset
+  from hyset_jax.training.train_data import load_config_dataset
   c = config.resolve(name)
   assert name in config.presets() and c.name == name
   assert parse_spec(c.data.spec).scheme == scheme and c.model.max_set_size == max_size

@@ -16,7 +16,9 @@ import numpy as np
 import pytest
 
 from hyset_jax import config as config_lib
-from hyset_jax import finetune, model, modeldir, negatives, train_data
+from hyset_jax.io import modeldir
+from hyset_jax.model import parameters
+from hyset_jax.training import finetune, negatives, train_data
 from hyset_jax.encoder import encoder_reference, layer_cache, load_encoder, st_export, tuning
 from hyset_jax.errors import UserError
 from test_encoder import TINY, write_tiny_model
@@ -170,7 +172,7 @@ def test_a_few_joint_steps_lower_the_loss(tiny, mode):
     if spec.from_hidden:
       table = layer_cache.with_lower_states(table, tiny, qs.texts, spec.start_layer)
     batch["text"] = table.batch(rows)
-  theta = model.init_theta(data.tool_embeddings, 8, mc, 0)
+  theta = parameters.init_theta(data.tool_embeddings, 8, mc, 0)
   # θ frozen here (learning rate ~0 through a huge warm-up) except in the control, so the
   # drop in loss is the encoder's doing.
   if mode != "frozen":

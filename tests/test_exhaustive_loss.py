@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyset_jax import config as config_lib, losses, train
+from hyset_jax import config as config_lib
+from hyset_jax.training import losses, train
 from test_model_extensions import brute_score, random_params
 
 

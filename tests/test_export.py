@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 
 from hyset_jax.testing import synthetic_data
-from hyset_jax import cli, inference, modeldir, reference, train
+from hyset_jax import cli
+from hyset_jax.inference import pipeline
+from hyset_jax.io import modeldir, reference
+from hyset_jax.training import train
 from hyset_jax import config as config_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -180,7 +183,7 @@ def test_stablehlo_loads_and_runs_without_hyset_jax(trained):
   got = np.load(root / "stablehlo_out.npz")
   model = modeldir.load_model_dir(workdir / "best")
   # The graphs rank with the ranking the model directory records.
-  want = inference.predict(model.params, queries, k1=5, k_pool=12, max_size=4,
+  want = pipeline.predict(model.params, queries, k1=5, k_pool=12, max_size=4,
                            ranking=model.ranking)
   names = ["shortlist", "set_tools", "set_size", "set_score", "ranking"]
   for i, name in enumerate(names):
@@ -195,10 +198,10 @@ def test_stablehlo_loads_and_runs_without_hyset_jax(trained):
 def test_stablehlo_carries_the_seen_set_prior(trained, tmp_path):
   """A hyset/3 model's graphs give predict's sets, which the prior changed."""
   from jax import export as jax_export
-  from hyset_jax import set_prior
+  from hyset_jax.model import set_prior
   root, workdir, queries = trained
   md = modeldir.load_model_dir(workdir / "best")
-  plain = inference.predict(md.params, queries, k1=5, k_pool=12, max_size=4, ranking="logit")
+  plain = pipeline.predict(md.params, queries, k1=5, k_pool=12, max_size=4, ranking="logit")
   gold = [tuple(sorted(int(t) for t in row[1:3])) for row in np.asarray(plain.shortlist)]
   prior = set_prior.with_weight(set_prior.fit(queries, gold, 4), 20.0, 0.5)
   with_prior = modeldir.ModelDir(md.params._replace(prior=prior), md.tool_ids, 4, 5, 12, None,
@@ -210,7 +213,7 @@ def test_stablehlo_carries_the_seen_set_prior(trained, tmp_path):
   predict = jax_export.deserialize(bytearray(
       (tmp_path / "s" / sig["functions"]["predict"]["file"]).read_bytes()))
   got = [np.asarray(a) for a in predict.call(queries)]
-  want = inference.predict(with_prior.params, queries, k1=5, k_pool=12, max_size=4,
+  want = pipeline.predict(with_prior.params, queries, k1=5, k_pool=12, max_size=4,
                            ranking="set-mean")
   for a, name in zip(got, ["shortlist", "set_tools", "set_size", "set_score", "ranking"]):
     np.testing.assert_allclose(a, np.asarray(getattr(want, name)), atol=1e-5, err_msg=name)
@@ -227,7 +230,7 @@ def test_reference_scorer_reproduces_hyset_predict(trained):
   alone = root / "alone"
   alone.mkdir()
   for name in ("reference.py", "model_format.py", "model_schema.json"):
-    shutil.copy(REPO / "hyset_jax" / name, alone / name)
+    shutil.copy(REPO / "hyset_jax" / "io" / name, alone / name)
   for src, name in ((workdir / "best", "ref_st.jsonl"), (root / "ref_npz", "ref_npz.jsonl")):
     run_guarded(f"""
         import runpy

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from hyset_jax import train
+from hyset_jax.training import train
 
 from hyset_jax.testing import small_config, synthetic_data
 
@@ -73,7 +73,7 @@ def test_corrupted_newest_checkpoint_falls_back_with_a_warning(tmp_path, caplog,
     if f.is_file() and f.stat().st_size > 0 and f.parent.name == "d":
       f.write_bytes(b"\0garbage" * 4)
   capfd.readouterr()
-  with caplog.at_level("WARNING", logger="hyset_jax.train"):
+  with caplog.at_level("WARNING", logger="hyset_jax.training.train"):
     train.train_and_evaluate(config, tmp_path / "broken", data=data, progress=False,
                              num_devices=1)
   assert any("step 10" in r.getMessage() and "unreadable" in r.getMessage()

@@ -1,6 +1,6 @@
 """Tool filters applied before the shortlist (issue 36, item 1): exact against brute force over
 the allowed tools (allow lists larger and smaller than K_pool, of one tool, and empty), through
-``inference.predict``, ``predict_batched`` (native backend included), the NumPy reference,
+``pipeline.predict``, ``predict_batched`` (native backend included), the NumPy reference,
 ``hyset predict --allow/--deny``, the HTTP API and the MCP server with API-key policies."""
 import asyncio
 import hashlib
@@ -10,9 +10,11 @@ import json
 import numpy as np
 import pytest
 
-from hyset_jax import cli, filters, inference, modeldir, reference
-from hyset_jax.query_inputs import QueryInputs
-from hyset_jax.scoring import SetPrior
+from hyset_jax import cli
+from hyset_jax.inference import filters, pipeline
+from hyset_jax.io import modeldir, reference
+from hyset_jax.model.query_inputs import QueryInputs
+from hyset_jax.model.scoring import SetPrior
 
 from test_model_extensions import brute_score, random_params
 
@@ -52,7 +54,7 @@ def test_exact_against_brute_force_over_the_allowed_tools(size):
   r = rng.normal(size=(6, D)).astype(np.float32)
   allowed = masks(rng, 6, size)
   x = QueryInputs(r, None, allowed)
-  full = inference.predict(params, x, k1=K1, k_pool=K, max_size=M, method="gather",
+  full = pipeline.predict(params, x, k1=K1, k_pool=K, max_size=M, method="gather",
                            ranking="set-first")
   for q in range(6):
     short = brute_shortlist(params, r[q].astype(np.float64), allowed[q])
@@ -66,11 +68,11 @@ def test_exact_against_brute_force_over_the_allowed_tools(size):
   # The prepared path (neighbour table built, so a mask must bypass it) and the native
   # backend (its expansion kernel unused, its stage 2 and greedy kernels on penalised
   # inputs) give the same answers; every ranking is compared with the reference below.
-  prep = inference.prepare(params, max_size=M, k_pool=K, neighbor_table=True)
+  prep = pipeline.prepare(params, max_size=M, k_pool=K, neighbor_table=True)
   both = ("set-first", "greedy")
-  gather = inference.predict_batched(prep, x, k1=K1, k_pool=K, max_size=M, batch_size=4,
+  gather = pipeline.predict_batched(prep, x, k1=K1, k_pool=K, max_size=M, batch_size=4,
                                      method="gather", rankings=both)
-  native = inference.predict_batched(prep, x, k1=K1, k_pool=K, max_size=M, batch_size=4,
+  native = pipeline.predict_batched(prep, x, k1=K1, k_pool=K, max_size=M, batch_size=4,
                                      method="native", rankings=both)
   for want, got in zip(gather, native):
     for field in ("shortlist", "set_tools", "set_size", "ranking"):
@@ -79,9 +81,9 @@ def test_exact_against_brute_force_over_the_allowed_tools(size):
   for field in ("shortlist", "set_tools", "ranking"):
     np.testing.assert_array_equal(getattr(gather[0], field), np.asarray(getattr(full, field)))
   # No mask: the answers of before (the mask-free program is untouched).
-  plain = inference.predict_batched(prep, r, k1=K1, k_pool=K, max_size=M, batch_size=4,
+  plain = pipeline.predict_batched(prep, r, k1=K1, k_pool=K, max_size=M, batch_size=4,
                                     method="native", rankings=both)
-  every = inference.predict_batched(prep, QueryInputs(r, None, np.ones((6, N), bool)), k1=K1,
+  every = pipeline.predict_batched(prep, QueryInputs(r, None, np.ones((6, N), bool)), k1=K1,
                                     k_pool=K, max_size=M, batch_size=4, method="native",
                                     rankings=both)
   for a, b in zip(plain, every):
@@ -95,7 +97,7 @@ def test_an_empty_filter_is_a_clear_error():
   allowed = np.ones((3, N), bool)
   allowed[1] = False
   with pytest.raises(ValueError, match="query 1 may use no tool"):
-    inference.predict_batched(params, QueryInputs(rng.normal(size=(3, D)).astype(np.float32),
+    pipeline.predict_batched(params, QueryInputs(rng.normal(size=(3, D)).astype(np.float32),
                                                   None, allowed), k1=K1, k_pool=K, max_size=M)
   index = filters.FilterIndex([f"t{i}" for i in range(N)])
   with pytest.raises(filters.FilterError, match="allows none"):
@@ -129,7 +131,7 @@ def test_the_reference_gives_the_same_answers(tmp_path, prior):
   r = rng.normal(size=(8, D)).astype(np.float32)
   allowed = np.concatenate([masks(rng, 3, 12), masks(rng, 3, 4), masks(rng, 2, 1)])
   names = RANKINGS[1:] if prior else RANKINGS  # the prior rules greedy out
-  preds = inference.predict_batched(params, QueryInputs(r, None, allowed), k1=K1, k_pool=K,
+  preds = pipeline.predict_batched(params, QueryInputs(r, None, allowed), k1=K1, k_pool=K,
                                     max_size=M, rankings=names, method="native")
   for ranking, got in zip(names, preds):
     want = reference.predict(model, r, ranking=ranking, allowed=allowed)
@@ -213,7 +215,7 @@ TOOL_IDS = tuple([f"gh.t{i}" for i in range(12)] + [f"mail.t{i}" for i in range(
 
 def tiny_retriever():
   """A 40-tool Retriever on a hashing 'encoder' (no model download), tagged by prefix."""
-  from hyset_jax import model as model_lib
+  from hyset_jax.model import parameters as model_lib
   from hyset_jax.data.tooltext import definition
   from hyset_jax.serve.retriever import Retriever
   rng = np.random.default_rng(0)

@@ -382,8 +382,8 @@ def tiny_retriever(max_batch: int = 1):
   """A 40-tool model (M = 3, K1 = 4, K_pool = 8) with random θ and a hashing stand-in for the
   encoder: the server's whole request path in seconds, without an encoder to load. One device
   batch size (max_batch 1) so that few programs compile."""
-  from hyset_jax import model as model_lib
-  from hyset_jax import modeldir
+  from hyset_jax.model import parameters as model_lib
+  from hyset_jax.io import modeldir
   from hyset_jax.data.tooltext import definition
   from hyset_jax.serve.retriever import Retriever
   rng = np.random.default_rng(0)

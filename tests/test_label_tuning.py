@@ -1,4 +1,4 @@
-"""Fine-tuning the query encoder on the training labels (hyset_jax.label_tuning, `hyset
+"""Fine-tuning the query encoder on the training labels (hyset_jax.training.label_tuning, `hyset
 finetune`), and training θ over the tuned encoder.
 
 The random 3-block BERT of test_encoder_tuning keeps the loop fast; the CLI test runs the
@@ -16,7 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyset_jax import cli, finetune, label_tuning, modeldir
+from hyset_jax import cli
+from hyset_jax.io import modeldir
+from hyset_jax.training import finetune, label_tuning
 from hyset_jax.encoder import DEFAULT_MODEL_NAME, encoder_reference, layer_cache, load_encoder
 from hyset_jax.encoder import tuning
 from hyset_jax.errors import UserError

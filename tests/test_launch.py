@@ -158,7 +158,7 @@ def test_a_rank_that_never_arrives_does_not_hang(tmp_path):
       "import os, sys\n"
       "if os.environ['JAX_PROCESS_ID'] == '1':\n"
       "  sys.exit(0)  # never joins\n"
-      "from hyset_jax.sharding import maybe_initialize_distributed\n"
+      "from hyset_jax.training.sharding import maybe_initialize_distributed\n"
       "maybe_initialize_distributed()\n"
       "print('joined')\n")
   t0 = time.monotonic()

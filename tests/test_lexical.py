@@ -11,14 +11,17 @@ import pytest
 
 from hyset_jax import cli
 from hyset_jax import config as config_lib
-from hyset_jax import inference, model, modeldir, train
-from hyset_jax.query_inputs import QueryInputs
+from hyset_jax.inference import pipeline
+from hyset_jax.io import modeldir
+from hyset_jax.model import parameters, scoring
+from hyset_jax.training import train
+from hyset_jax.model.query_inputs import QueryInputs
 from hyset_jax.data.types import ToolLibrary
 from hyset_jax.errors import UserError
-from hyset_jax.evaluation import choose_lexical, evaluate_split
-from hyset_jax.lexical import LexicalIndex
+from hyset_jax.evaluation.evaluator import choose_lexical, evaluate_split
+from hyset_jax.model.lexical import LexicalIndex
 from hyset_jax.retrievers import BM25Retriever
-from hyset_jax.train_data import QuerySet
+from hyset_jax.training.train_data import QuerySet
 
 from test_model_extensions import brute_score, random_params
 
@@ -64,17 +67,17 @@ def test_shortlist_and_best_set_are_exact_under_the_term(method):
   beta = np.float32(3.0)
   with_term = params._replace(lexical_weight=beta)
   x = QueryInputs(queries, lex)
-  got = inference.predict(with_term, x, k1=K1, k_pool=K, max_size=M, method=method,
+  got = pipeline.predict(with_term, x, k1=K1, k_pool=K, max_size=M, method=method,
                           ranking="logit")
-  plain = inference.predict(params, queries, k1=K1, k_pool=K, max_size=M, method=method,
+  plain = pipeline.predict(params, queries, k1=K1, k_pool=K, max_size=M, method=method,
                             ranking="logit")
   # The prepared path (hyset predict, serve) gives the same answers.
-  fast = inference.predict_batched(with_term, x, k1=K1, k_pool=K, max_size=M, method=method,
+  fast = pipeline.predict_batched(with_term, x, k1=K1, k_pool=K, max_size=M, method=method,
                                    ranking="logit", batch_size=4)
   for name in ("shortlist", "set_tools", "set_size", "ranking"):
     np.testing.assert_array_equal(np.asarray(getattr(got, name)), getattr(fast, name))
   np.testing.assert_allclose(np.asarray(got.set_score), fast.set_score, rtol=1e-5, atol=1e-5)
-  ell = np.asarray(inference.scoring.query_logits(params, queries)) + beta * lex
+  ell = np.asarray(scoring.query_logits(params, queries)) + beta * lex
   moved = 0
   for q in range(len(queries)):
     top = np.argsort(-ell[q], kind="stable")[:K1]
@@ -88,11 +91,11 @@ def test_shortlist_and_best_set_are_exact_under_the_term(method):
               != set(np.asarray(plain.shortlist[q]).tolist()))
   assert moved >= 3   # the term really moved shortlists
   # β = 0 is the model without the term; a model with the term refuses to run without scores.
-  zero = inference.predict(params._replace(lexical_weight=np.float32(0)), x, k1=K1,
+  zero = pipeline.predict(params._replace(lexical_weight=np.float32(0)), x, k1=K1,
                            k_pool=K, max_size=M, method=method, ranking="logit")
   np.testing.assert_array_equal(np.asarray(zero.set_tools), np.asarray(plain.set_tools))
   with pytest.raises(ValueError, match="lexical term"):
-    inference.predict_batched(with_term, queries, k1=K1, k_pool=K, max_size=M)
+    pipeline.predict_batched(with_term, queries, k1=K1, k_pool=K, max_size=M)
 
 
 def test_validation_chooses_beta_where_the_words_name_the_tool():
@@ -101,7 +104,7 @@ def test_validation_chooses_beta_where_the_words_name_the_tool():
   rng = np.random.default_rng(0)
   z = rng.normal(size=(N, D)).astype(np.float32)
   z /= np.linalg.norm(z, axis=1, keepdims=True)
-  params = model.init_params(z, D, M)
+  params = parameters.init_params(z, D, M)
   gold = [tuple(sorted({q % N, (q * 5 + 2) % N})) for q in range(40)]
   texts = tuple(" and ".join(WORDS[t] for t in g) for g in gold)
   qs = QuerySet(tuple(map(str, range(40))), texts, rng.normal(size=(40, D)).astype(np.float32),
@@ -123,7 +126,7 @@ def test_training_chooses_the_term_and_predict_uses_it_on_real_bfcl(tmp_path, ca
   """BFCL (the embedded data set): a 50-step run of the preset chooses β on validation, best/ is hyset/4 with
   the tool texts, its test metrics beat the same θ without the term on recall, hyset predict
   answers text queries with it and refuses bare embeddings, and hyset eval agrees."""
-  from hyset_jax.train_data import prepare_data
+  from hyset_jax.training.train_data import prepare_data
   c = config_lib.resolve("bfcl", ["train.num_steps=50", "train.eval_every=25",
                                   "train.checkpoint_every=25", "train.log_every=25"])
   assert c.model.lexical   # the bfcl preset has the term on
@@ -146,7 +149,7 @@ def test_training_chooses_the_term_and_predict_uses_it_on_real_bfcl(tmp_path, ca
   assert cli.main(["predict", "--model", str(tmp_path / "run"), "--queries", str(queries),
                    "--out", str(out)]) == 0
   rows = [json.loads(line) for line in out.read_text().splitlines()]
-  want = inference.predict_batched(best.params,
+  want = pipeline.predict_batched(best.params,
                                    best.query_inputs(test.embeddings[:3], test.texts[:3]),
                                    k1=best.k1, k_pool=best.k_pool, max_size=best.max_set_size,
                                    ranking=best.ranking)
@@ -203,7 +206,7 @@ def test_the_server_scores_request_texts_with_the_term():
   server = Retriever(md, encode, [{"name": str(i)} for i in range(N)], max_batch=4)
   texts = [WORDS[1] + " and " + WORDS[7], WORDS[4], "no words in common zzz"]
   rows = server.retrieve_batch([(texts[:2], server.defaults), (texts[2:], server.defaults)])
-  want = inference.predict_batched(params, md.query_inputs(encode(texts), texts), k1=K1,
+  want = pipeline.predict_batched(params, md.query_inputs(encode(texts), texts), k1=K1,
                                    k_pool=K, max_size=M, ranking="logit")
   got = [r for request in rows for r in request]
   assert [r["set"] for r in got] == [[str(t) for t in s if t >= 0] for s in want.set_tools]

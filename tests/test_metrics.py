@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from hyset_jax import metrics
+from hyset_jax.evaluation import metrics
 
 # Three queries used by several tests.
 RANKINGS = [

@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyset_jax import inference, model, scoring
-from hyset_jax.scoring import HysetParams, QueryInteraction, QueryTower
+from hyset_jax.inference import pipeline
+from hyset_jax.model import parameters, scoring
+from hyset_jax.model.scoring import HysetParams, QueryInteraction, QueryTower
 
 
 def random_params(rng, n=14, d=6, max_size=3, depth=2, hidden=5, rank=3) -> HysetParams:
@@ -79,7 +80,7 @@ def test_two_stage_argmax_is_exact_with_extensions():
   rng = np.random.default_rng(2)
   params = random_params(rng, n=20, max_size=3)
   r = rng.normal(size=(4, 6)).astype(np.float32)
-  pred = inference.predict(params, r, k1=5, k_pool=8, max_size=3)
+  pred = pipeline.predict(params, r, k1=5, k_pool=8, max_size=3)
   for q in range(4):
     shortlist = np.asarray(pred.shortlist[q])
     best = max((s for m in (1, 2, 3) for s in itertools.combinations(shortlist, m)),
@@ -92,13 +93,13 @@ def test_two_stage_argmax_is_exact_with_extensions():
 def test_initial_tower_and_conditioned_term_are_the_paper_model():
   rng = np.random.default_rng(3)
   emb = rng.normal(size=(30, 8))
-  plain = model.init_params(emb, 8, 3, jax.random.key(1), scale=20.0)
-  extended = model.init_params(emb, 8, 3, jax.random.key(1), scale=20.0, tower_depth=2,
+  plain = parameters.init_params(emb, 8, 3, jax.random.key(1), scale=20.0)
+  extended = parameters.init_params(emb, 8, 3, jax.random.key(1), scale=20.0, tower_depth=2,
                                tower_hidden=16, conditioned_rank=4)
   assert extended.tower.w_in.shape == (2, 8, 16) and extended.conditioned.u.shape == (2, 8, 4)
   r = jnp.asarray(rng.normal(size=(5, 8)), jnp.float32)
-  a = inference.predict(plain, r, k1=6, k_pool=10, max_size=3)
-  b = inference.predict(extended, r, k1=6, k_pool=10, max_size=3)
+  a = pipeline.predict(plain, r, k1=6, k_pool=10, max_size=3)
+  b = pipeline.predict(extended, r, k1=6, k_pool=10, max_size=3)
   for x, y in zip(a, b):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-5)
 
@@ -106,7 +107,7 @@ def test_initial_tower_and_conditioned_term_are_the_paper_model():
 def test_gradients_reach_the_tower_and_the_conditioned_term():
   rng = np.random.default_rng(4)
   emb = rng.normal(size=(12, 6))
-  params = model.init_params(emb, 6, 3, tower_depth=1, conditioned_rank=2)
+  params = parameters.init_params(emb, 6, 3, tower_depth=1, conditioned_rank=2)
   r = jnp.asarray(rng.normal(size=(2, 6)), jnp.float32)
   members = rng.integers(0, 12, (2, 4, 3))
   mask = np.ones((2, 4, 3), bool)

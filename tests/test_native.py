@@ -1,4 +1,4 @@
-"""The native CPU kernel of stage 2 (hyset_jax/native) against the JAX forms: the same scores
+"""The native CPU kernel of stage 2 (hyset_jax/inference/native) against the JAX forms: the same scores
 (float rounding), positions, best sets and ties; its build cache; and what happens where it
 cannot be built (``auto`` falls back to gather, an explicit ``native`` is a clear error)."""
 import os
@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyset_jax import choices, enumeration, native, rankings
+from hyset_jax import choices
+from hyset_jax.inference import enumeration, native, rankings
 from hyset_jax.errors import UserError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -202,16 +203,16 @@ def test_native_expansion_equals_jax(kind):
   """The native kernel's picks and boundary ties are neighbors.expand's: a random model, a
   clustered one with duplicate tools (ties in g and at row boundaries), and M = 0 (every g
   ties, the order falls to ℓ)."""
-  from hyset_jax import inference, neighbors
+  from hyset_jax.inference import pipeline, neighbors
   from test_speed import make_params, trained_like
   rng = np.random.default_rng(4)
   params = (trained_like(rng, 300, 12, 3) if kind == "trained-like"
             else make_params(rng, 300, 12, 3))
   if kind == "zero-m":
     params = params._replace(interactions=jnp.zeros_like(params.interactions))
-  prep = inference.prepare(params, max_size=3, k_pool=10)
+  prep = pipeline.prepare(params, max_size=3, k_pool=10)
   r = jnp.asarray(rng.normal(size=(50, 12)), jnp.float32)
-  logits, s0 = inference.stage1_prepared(prep, r, 6)
+  logits, s0 = pipeline.stage1_prepared(prep, r, 6)
   want = neighbors.expand(prep.neighbors, logits, s0, 4)
   extra, tie = jax.jit(native.expand, static_argnums=4)(prep.neighbors.ids,
                                                         prep.neighbors.scores, logits, s0, 4)
@@ -219,28 +220,28 @@ def test_native_expansion_equals_jax(kind):
   np.testing.assert_array_equal(np.asarray(tie), np.asarray(want.tie))
   assert kind != "zero-m" or np.asarray(tie).all()
   # And through the whole shortlist: the native path equals the full scan.
-  full = inference.shortlist(params, r, 6, 10, 3)
-  fast = inference.shortlist_prepared(prep, r, 6, 10, "native")
+  full = pipeline.shortlist(params, r, 6, 10, 3)
+  fast = pipeline.shortlist_prepared(prep, r, 6, 10, "native")
   np.testing.assert_array_equal(np.asarray(fast.tools), np.asarray(full.tools))
 
 
 def test_native_pair_matrices_equal_the_einsum():
   """G_m from the native kernel against the prepared path's einsum: equal to rounding,
   exactly symmetric; and a whole prediction through the native kernels equals the JAX path."""
-  from hyset_jax import inference
+  from hyset_jax.inference import pipeline
   from test_speed import assert_same_prediction, make_params
   rng = np.random.default_rng(9)
   params = make_params(rng, 200, 37, 4, d_r=11)             # d = 37: a partial vector at the end
-  prep = inference.prepare(params, max_size=4, k_pool=12)
+  prep = pipeline.prepare(params, max_size=4, k_pool=12)
   tools = jnp.asarray(rng.integers(0, 200, size=(19, 12)), jnp.int32)
-  want = inference.pair_matrices_prepared(prep, None, tools, "gather")
+  want = pipeline.pair_matrices_prepared(prep, None, tools, "gather")
   got = jax.jit(native.pair_matrices)(prep.keyed, prep.params.tool_embeddings, tools)
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
   np.testing.assert_array_equal(np.asarray(got), np.asarray(got).transpose(0, 1, 3, 2))
   r = rng.normal(size=(40, 11)).astype(np.float32)
   kw = dict(k1=5, k_pool=12, max_size=4, ranking="set-first")
-  assert_same_prediction(inference.predict_prepared(prep, r, method="native", **kw),
-                         inference.predict(params, r, method="gather", **kw))
+  assert_same_prediction(pipeline.predict_prepared(prep, r, method="native", **kw),
+                         pipeline.predict(params, r, method="gather", **kw))
 
 
 def test_beyond_the_kernels_limits_auto_runs_gather():
@@ -265,7 +266,7 @@ def test_beyond_the_kernels_limits_auto_runs_gather():
 def test_native_greedy_ranking_equals_jax(k, m, q):
   """The whole greedy ranking (M picks, then the rest by ℓ) against rank_tools' JAX form;
   with duplicated logits and zero pair scores for exact ties in both parts."""
-  from hyset_jax import inference
+  from hyset_jax.inference import pipeline
   rng = np.random.default_rng(k + q)
   logits, pairs = random_inputs(rng, q, k, m)
   logits[::3, 1] = logits[::3, 0]

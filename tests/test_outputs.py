@@ -9,7 +9,8 @@ import stat
 import numpy as np
 import pytest
 
-from hyset_jax import cli, io_utils, modeldir, reference
+from hyset_jax import cli, io_utils
+from hyset_jax.io import modeldir, reference
 from hyset_jax.errors import UserError
 
 from test_predict_cli import D, write_model_dir
@@ -223,7 +224,7 @@ def test_eval_takes_a_workdir_and_the_validation_split(tmp_path, capsys):
   assert validation_fraction(None, str(work / "best")) == 0.25
   assert validation_fraction(0.5, str(work)) == 0.5
   # --model WORKDIR resolves to its best/ as predict and export do.
-  from hyset_jax.modeldir import best_model_dir
+  from hyset_jax.io.modeldir import best_model_dir
   write_model_dir(work / "best")
   assert best_model_dir(work) == work / "best"
 
@@ -312,7 +313,7 @@ def test_reference_refuses_bad_queries_and_writes_no_nan(tmp_path, capsys):
 
 def test_reference_matches_predict_with_tower_and_conditioned_term(tmp_path, capsys):
   """hyset/2's query tower and query-conditioned set term, in NumPy, equal hyset predict."""
-  from hyset_jax.scoring import HysetParams, QueryInteraction, QueryTower
+  from hyset_jax.model.scoring import HysetParams, QueryInteraction, QueryTower
   rng = np.random.default_rng(3)
   n, d, m, rank, hidden, depth = 30, 6, 4, 2, 5, 2
   z = rng.normal(size=(n, d)).astype(np.float32)
@@ -344,6 +345,6 @@ def test_reference_matches_predict_with_tower_and_conditioned_term(tmp_path, cap
 
 
 def test_export_formats_agree():
-  from hyset_jax import export
+  from hyset_jax.io import export
   from hyset_jax.commands import export as export_cmd
   assert export_cmd.FORMATS == export.FORMATS == tuple(export.MARKERS)

@@ -45,16 +45,18 @@ def test_wheel_installs_and_runs_from_elsewhere(tmp_path):
   env["JAX_PLATFORMS"] = "cpu"
   out = _run([sys.executable, "-c", textwrap.dedent("""
       import hyset_jax, toolscout
-      from hyset_jax import config, reference
+      from hyset_jax import config
+      from hyset_jax.io import reference
       print(hyset_jax.__file__)
       print(toolscout.__file__)
       print(reference.__file__)
       for name in ("tiny", "toollens", "bfcl"):
         print(name, type(config.resolve(name)).__name__)
-      from hyset_jax import native  # the kernel's source ships, so it builds from the wheel
+      # the kernel's source ships, so it builds from the wheel
+      from hyset_jax.inference import native
       import pathlib
       for f in native.SOURCES + native.HEADERS:
-        assert f.is_file() and f.is_relative_to(pathlib.Path(reference.__file__).parent), f
+        assert f.is_file() and f.is_relative_to(pathlib.Path(reference.__file__).parents[1]), f
       """)], elsewhere, env)
   lines = out.splitlines()
   for line in lines[:3]:
@@ -64,7 +66,7 @@ def test_wheel_installs_and_runs_from_elsewhere(tmp_path):
   for script, needle in (("hyset", "predict"), ("toolscout", "route")):
     text = _run([str(site / "bin" / script), "--help"], elsewhere, env)
     assert needle in text
-  text = _run([sys.executable, "-m", "hyset_jax.reference", "--help"], elsewhere, env)
+  text = _run([sys.executable, "-m", "hyset_jax.io.reference", "--help"], elsewhere, env)
   assert "--query-embeddings" in text
 
 

@@ -1,4 +1,4 @@
-"""The Pallas stage-2 kernel (hyset_jax/pallas_stage2.py) against the gather form, in Pallas
+"""The Pallas stage-2 kernel (hyset_jax/inference/pallas_stage2.py) against the gather form, in Pallas
 interpret mode on the CPU: the same best sets (ties included) and the same scores to float
 rounding, for every (K_pool, M) the presets use; dispatch by ``--method pallas`` and ``auto``;
 and that the kernel lowers for TPU (Mosaic) and GPU (Triton) without either.
@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyset_jax import config, enumeration, pallas_stage2
+from hyset_jax import config
+from hyset_jax.inference import enumeration, pallas_stage2
 from hyset_jax.benchmarking import workload
 
 
@@ -178,7 +179,7 @@ def test_several_query_blocks_and_row_chunks(monkeypatch):
 def test_method_dispatch(monkeypatch):
   """``--method pallas`` runs the kernel anywhere; ``auto`` never picks it on a CPU and picks
   it on GPU/TPU (where the native kernel cannot run)."""
-  from hyset_jax import native
+  from hyset_jax.inference import native
   assert enumeration.resolve_method("pallas", 20, 5) == "pallas"
   assert enumeration.resolve_method("auto", 20, 5) != "pallas"      # this CPU
   assert pallas_stage2.platform() == "interpret"

@@ -17,9 +17,9 @@ import pytest
 
 from hyset_jax import cli
 from hyset_jax.errors import UserError
-from hyset_jax.modeldir import ModelDir, load_model_dir, save_model_dir
-from hyset_jax.peer import convert, torch_format
-from hyset_jax.scoring import HysetParams, QueryTower
+from hyset_jax.io.modeldir import ModelDir, load_model_dir, save_model_dir
+from hyset_jax.io.peer import convert, torch_format
+from hyset_jax.model.scoring import HysetParams, QueryTower
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 N, D, M = 30, 8, 3

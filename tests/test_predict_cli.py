@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from hyset_jax import cli, modeldir
+from hyset_jax import cli
+from hyset_jax.io import modeldir
 
 import reference_impl as ref
 

@@ -5,7 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from hyset_jax import cli, metrics, retrievers
+from hyset_jax import cli, retrievers
+from hyset_jax.evaluation import metrics
 from hyset_jax.data.types import ToolLibrary
 from hyset_jax.retrievers import dense as dense_mod
 from hyset_jax.retrievers.bm25 import normalize_text
@@ -256,13 +257,14 @@ def test_eval_every_method_wires_up(tmp_path, fake_encoder):
 
 
 def test_eval_hyset_from_a_model_directory(tmp_path, fake_encoder, capsys):
-  from hyset_jax import model, modeldir
+  from hyset_jax.io import modeldir
+  from hyset_jax.model import parameters
   from hyset_jax.data.specs import load_dataset
   from hyset_jax.retrievers import HysetRetriever
   tools = load_dataset(f"beir:{TOOLLENS}").tools
   # M = 5 and 20 queries: the shapes of the test above, so predict compiles once.
   untrained = HysetRetriever.untrained(tools, fake_encoder, max_set_size=5)
-  params = model.host_params(untrained.params)
+  params = parameters.host_params(untrained.params)
   modeldir.save_model_dir(tmp_path / "model", modeldir.ModelDir(
       params=params, tool_ids=tools.ids, max_set_size=5, k1=15, k_pool=20,
       query_encoder="fake-bow"))

@@ -330,7 +330,7 @@ def test_tools_add_and_remove(tmp_path, model_dir, capsys):
 
   import numpy as np
 
-  from hyset_jax import modeldir
+  from hyset_jax.io import modeldir
   from hyset_jax.data.tooltext import render_tool
   from hyset_jax.encoder import load_encoder
 
@@ -407,7 +407,8 @@ def test_a_model_with_a_seen_set_prior_serves_what_predict_writes(tmp_path, mode
   """hyset/3: the prior changes served sets exactly as it changes predict's, and the greedy
   ranking (which does not know the prior) is refused by field."""
   import numpy as np
-  from hyset_jax import modeldir, set_prior
+  from hyset_jax.io import modeldir
+  from hyset_jax.model import set_prior
   from hyset_jax.serve.retriever import FieldError
   md = modeldir.load_model_dir(model_dir)
   emb = retriever.encode(serving.QUERIES)

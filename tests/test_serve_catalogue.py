@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from hyset_jax import cli, modeldir
+from hyset_jax import cli
+from hyset_jax.io import modeldir
 from hyset_jax.serve.app import create_app
 from hyset_jax.serve.batching import MicroBatcher
 from hyset_jax.serve.retriever import load_retriever
@@ -66,7 +67,7 @@ def named(row) -> set[str]:
 
 
 def test_add_update_remove_while_serving(retriever):
-  from hyset_jax.carry import tool_encoder
+  from hyset_jax.io.carry import tool_encoder
   from hyset_jax.data.tooltext import render_tool
   with make_client(retriever) as client:
     start = client.get("/v1/tools").json()

@@ -10,7 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from hyset_jax import cli, metrics, retrievers
+from hyset_jax import cli, retrievers
+from hyset_jax.evaluation import metrics
 from hyset_jax.commands import eval as eval_cmd
 from hyset_jax.data.types import Query, ToolLibrary
 from hyset_jax.retrievers import dense, greedy_sets, heads, set_scorers, shortlist, trained
@@ -150,7 +151,7 @@ def test_candidate_pools_put_the_gold_set_first_and_mask_its_copies():
 
 
 def test_decode_set_first_and_set_max():
-  from hyset_jax.enumeration import subset_table
+  from hyset_jax.inference.enumeration import subset_table
   t = subset_table(3, 2)  # {0} {1} {2} {0,1} {0,2} {1,2}
   scores = np.array([[0.0, 0.5, 0.1, 0.2, 0.3, 1.0]], np.float32)
   sl = np.array([[7, 8, 9]])

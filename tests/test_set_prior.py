@@ -8,9 +8,12 @@ import numpy as np
 import pytest
 
 from hyset_jax import config as config_lib
-from hyset_jax import enumeration, inference, model, modeldir, reference, set_prior, train
+from hyset_jax.inference import enumeration, pipeline
+from hyset_jax.io import modeldir, reference
+from hyset_jax.model import parameters, set_prior
+from hyset_jax.training import train
 from hyset_jax.errors import UserError
-from hyset_jax.scoring import SetPrior
+from hyset_jax.model.scoring import SetPrior
 
 from test_model_extensions import brute_score, random_params
 
@@ -20,7 +23,7 @@ N, D, M, K1, K = 14, 6, 3, 4, 8
 def prior_in_shortlists(params, queries, sets: int = 30, weight: float = 20.0, seed: int = 0):
   """A prior over random sets drawn from the queries' own shortlists (so they compete)."""
   rng = np.random.default_rng(seed)
-  shortlists = np.asarray(inference.predict(params, queries, k1=K1, k_pool=K, max_size=M,
+  shortlists = np.asarray(pipeline.predict(params, queries, k1=K1, k_pool=K, max_size=M,
                                             ranking="logit").shortlist)
   members, seen, s, draw = np.full((sets, M), -1, np.int32), set(), 0, 0
   while s < sets:  # distinct sets, as the training gold sets are
@@ -57,12 +60,12 @@ def test_best_set_and_set_mean_are_exact_under_the_prior(method):
   params = random_params(rng, n=N, d=D, max_size=M)
   queries = rng.normal(size=(12, D)).astype(np.float32)
   prior = prior_in_shortlists(params, queries)
-  plain = inference.predict(params, queries, k1=K1, k_pool=K, max_size=M, method=method,
+  plain = pipeline.predict(params, queries, k1=K1, k_pool=K, max_size=M, method=method,
                             ranking="logit")
   with_prior = params._replace(prior=prior)
-  got = inference.predict(with_prior, queries, k1=K1, k_pool=K, max_size=M, method=method,
+  got = pipeline.predict(with_prior, queries, k1=K1, k_pool=K, max_size=M, method=method,
                           ranking="set-mean")
-  by_max = inference.predict(with_prior, queries, k1=K1, k_pool=K, max_size=M, method=method,
+  by_max = pipeline.predict(with_prior, queries, k1=K1, k_pool=K, max_size=M, method=method,
                              ranking="set-max")
   changed = 0
   for q in range(len(queries)):
@@ -94,12 +97,12 @@ def test_greedy_ranking_and_a_zero_weight(tmp_path):
   queries = rng.normal(size=(6, D)).astype(np.float32)
   prior = prior_in_shortlists(params, queries)
   with pytest.raises(UserError, match="greedy ranking does not support a seen-set prior"):
-    inference.predict(params._replace(prior=prior), queries, k1=K1, k_pool=K, max_size=M,
+    pipeline.predict(params._replace(prior=prior), queries, k1=K1, k_pool=K, max_size=M,
                       ranking="greedy")
   # λ = 0 is the model without the prior.
   off = set_prior.with_weight(prior, 0.0, 0.5)
-  a = inference.predict(params, queries, k1=K1, k_pool=K, max_size=M, ranking="set-mean")
-  b = inference.predict(params._replace(prior=off), queries, k1=K1, k_pool=K, max_size=M,
+  a = pipeline.predict(params, queries, k1=K1, k_pool=K, max_size=M, ranking="set-mean")
+  b = pipeline.predict(params._replace(prior=off), queries, k1=K1, k_pool=K, max_size=M,
                         ranking="set-mean")
   for x, y in zip(a, b):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
@@ -114,7 +117,7 @@ def test_bad_prior_tensors_are_refused_by_name(tmp_path):
   rng = np.random.default_rng(4)
   params = random_params(rng, n=N, d=D, max_size=M)
   queries = rng.normal(size=(4, D)).astype(np.float32)
-  params = model.host_params(params._replace(prior=prior_in_shortlists(params, queries, 8)))
+  params = parameters.host_params(params._replace(prior=prior_in_shortlists(params, queries, 8)))
   md = modeldir.ModelDir(params, tuple(f"t{i}" for i in range(N)), M, K1, K, None,
                          ranking="logit")
   modeldir.save_model_dir(tmp_path / "m", md)
@@ -186,8 +189,8 @@ def test_fit_recovers_the_sets_of_separable_queries():
 def test_training_fits_and_chooses_the_prior_on_real_toollens(tmp_path, shared_data):
   """ToolLens repeats its training sets: on the tiny run validation picks a prior, best/ carries
   it (hyset/3), and on test it names the gold set more often than the same θ without it."""
-  from hyset_jax.evaluation import evaluate_split
-  from hyset_jax.train_data import prepare_data
+  from hyset_jax.evaluation.evaluator import evaluate_split
+  from hyset_jax.training.train_data import prepare_data
   c = config_lib.resolve("tiny", [f"data.spec=beir:{shared_data / 'toollens'}",
                                   "model.set_prior=true"])
   summary = train.train_and_evaluate(c, tmp_path / "run", progress=False, num_devices=1)

@@ -1,4 +1,4 @@
-"""Tool-parallel sharding (hyset_jax.sharding): the (data, tools) mesh, Z on ``tools``, the
+"""Tool-parallel sharding (hyset_jax.training.sharding): the (data, tools) mesh, Z on ``tools``, the
 per-shard top-k, training and predictions equal across meshes, and ``hyset train --dry-run``."""
 import dataclasses
 import importlib.util
@@ -13,7 +13,11 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from hyset_jax import batches, cli, dry_run, inference, model, modeldir, sharding, train
+from hyset_jax import cli
+from hyset_jax.inference import pipeline
+from hyset_jax.io import modeldir
+from hyset_jax.model import parameters
+from hyset_jax.training import batches, dry_run, sharding, train
 from hyset_jax import config as config_lib
 from hyset_jax.errors import UserError
 from hyset_jax.testing import small_config, synthetic_data
@@ -33,7 +37,7 @@ def test_mesh_shapes_and_rules():
     config_lib.resolve("tiny", ["mesh.data=-1", "mesh.tools=-1"])
   mesh = sharding.make_mesh(data=2, tools=4)
   assert dict(mesh.shape) == {"data": 2, "tools": 4}
-  theta = model.init_theta(synthetic_data().tool_embeddings, 16, small_config().model, 0)
+  theta = parameters.init_theta(synthetic_data().tool_embeddings, 16, small_config().model, 0)
   opt = train.make_optimizer(small_config().train)
   shardings = sharding.state_shardings(train.TrainState(theta, opt.init(theta)), mesh)
   assert shardings.theta["z"].spec == PartitionSpec("tools", None)
@@ -64,19 +68,19 @@ def test_top_k_per_shard_equals_lax_top_k_with_ties():
 def test_stage1_and_hard_negatives_with_z_sharded_equal_replicated():
   data = synthetic_data()
   mc = small_config().model
-  params = model.init_params(data.tool_embeddings, 16, mc.max_set_size, jax.random.key(1))
+  params = parameters.init_params(data.tool_embeddings, 16, mc.max_set_size, jax.random.key(1))
   # A trained-looking θ: non-zero, symmetric M so the expansion is not the dense order.
   m = jax.random.normal(jax.random.key(2), params.interactions.shape)
-  params = params._replace(interactions=model.symmetrize(m))
+  params = params._replace(interactions=parameters.symmetrize(m))
   q = data.splits["validation"].embeddings
   gold = batches.pad_sets(data.splits["train"].gold[:16], mc.max_set_size)
-  want_sl = inference.shortlist(params, q, mc.k1, mc.k_pool, mc.max_set_size)
+  want_sl = pipeline.shortlist(params, q, mc.k1, mc.k_pool, mc.max_set_size)
   want_nb = batches.gold_neighbors(params.tool_embeddings, gold, 8)
   mesh = sharding.make_mesh(data=2, tools=4)
   z = jax.device_put(params.tool_embeddings, NamedSharding(mesh, PartitionSpec("tools", None)))
   sharded = params._replace(tool_embeddings=z)
   with jax.set_mesh(mesh):
-    sl = jax.jit(inference.shortlist, static_argnums=(2, 3, 4))(sharded, q, mc.k1, mc.k_pool,
+    sl = jax.jit(pipeline.shortlist, static_argnums=(2, 3, 4))(sharded, q, mc.k1, mc.k_pool,
                                                                  mc.max_set_size)
     nb = batches.gold_neighbors(z, gold, 8)
   np.testing.assert_array_equal(sl.tools, want_sl.tools)
@@ -118,7 +122,7 @@ def test_training_and_predictions_equal_across_meshes(tmp_path):
   mc = small_config().model
   preds = {}
   for k, (md, _) in runs.items():
-    preds[k] = inference.predict_batched(md.params, q, k1=mc.k1, k_pool=mc.k_pool,
+    preds[k] = pipeline.predict_batched(md.params, q, k1=mc.k1, k_pool=mc.k_pool,
                                          max_size=mc.max_set_size)
   base = runs["1"][0].params
   for k in ("2x4", "8x1"):
@@ -189,7 +193,7 @@ def test_dry_run_compiles_for_another_device_count(tmp_path):
 
 
 def test_metrics_header_replaces_the_old_one_and_a_fresh_start_keeps_no_rows(tmp_path):
-  from hyset_jax.workdir import MetricsLog
+  from hyset_jax.training.workdir import MetricsLog
   path = tmp_path / "metrics.jsonl"
   path.write_text('{"step": -1, "memory": {"old": 1}}\n{"step": 0, "v": 1}\n{"step": 5, "v": 2}\n'
                   '{"step": 10, "v": 3}\n')

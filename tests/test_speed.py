@@ -6,9 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyset_jax import choices, enumeration, inference, neighbors, rankings
+from hyset_jax import choices
+from hyset_jax.inference import enumeration, pipeline, neighbors, rankings
 from hyset_jax.benchmarking import workload
-from hyset_jax.scoring import HysetParams
+from hyset_jax.model.scoring import HysetParams
 
 import reference_impl as ref
 
@@ -50,9 +51,9 @@ def assert_same_prediction(a, b):
 
 
 def expansion(params, r, k1, k_pool, max_size, table):
-  prep = inference.prepare(params, max_size=max_size, k_pool=k_pool, neighbor_table=False)
+  prep = pipeline.prepare(params, max_size=max_size, k_pool=k_pool, neighbor_table=False)
   prep = prep._replace(neighbors=table)
-  return inference.shortlist_prepared(prep, r, k1, k_pool)
+  return pipeline.shortlist_prepared(prep, r, k1, k_pool)
 
 
 @pytest.mark.parametrize("kind", ["random", "trained-like"])
@@ -61,10 +62,10 @@ def test_neighbor_expansion_equals_the_full_scan(kind):
   params = (make_params(rng, 300, 12, 3) if kind == "random" else trained_like(rng, 300, 12, 3))
   r = jnp.asarray(rng.normal(size=(40, 12)), jnp.float32)
   k1, k_pool = 6, 10
-  full = inference.shortlist(params, r, k1, k_pool, 3)
-  prep = inference.prepare(params, max_size=3, k_pool=k_pool)
+  full = pipeline.shortlist(params, r, k1, k_pool, 3)
+  prep = pipeline.prepare(params, max_size=3, k_pool=k_pool)
   assert prep.neighbors.ids.shape == (300, k_pool)
-  fast = inference.shortlist_prepared(prep, r, k1, k_pool)
+  fast = pipeline.shortlist_prepared(prep, r, k1, k_pool)
   np.testing.assert_array_equal(np.asarray(fast.tools), np.asarray(full.tools))
   np.testing.assert_allclose(np.asarray(fast.logits), np.asarray(full.logits), atol=1e-5)
   # The table answered (no fallback) for most queries of a random model.
@@ -79,11 +80,11 @@ def test_every_g_ties_when_m_is_zero_and_the_order_falls_back_to_logits():
   rng = np.random.default_rng(1)
   params = make_params(rng, 80, 8, 3)._replace(interactions=jnp.zeros((2, 8, 8)))
   r = jnp.asarray(rng.normal(size=(5, 8)), jnp.float32)
-  prep = inference.prepare(params, max_size=3, k_pool=10)
+  prep = pipeline.prepare(params, max_size=3, k_pool=10)
   logits = np.asarray(r @ prep.logit_weights)
   s0 = jnp.asarray(np.argsort(-logits, axis=1)[:, :4], jnp.int32)
   assert np.all(np.asarray(neighbors.expand(prep.neighbors, jnp.asarray(logits), s0, 6).tie))
-  fast = inference.shortlist_prepared(prep, r, 4, 10)
+  fast = pipeline.shortlist_prepared(prep, r, 4, 10)
   np.testing.assert_array_equal(np.asarray(fast.tools),
                                 np.argsort(-logits, axis=1, kind="stable")[:, :10])
 
@@ -103,8 +104,8 @@ def test_a_tie_at_the_row_boundary_is_detected_and_scanned():
   z[1:, :2] = [0.6, 0.8]
   params = as_params(z, np.eye(d), m)
   r = jnp.asarray([[5.0, 0, 1.0, 0]], jnp.float32)   # tool 0 first by ℓ, then by axis 2
-  full = inference.shortlist(params, r, 1, 4, 2)
-  table = inference.prepare(params, max_size=2, k_pool=4).neighbors
+  full = pipeline.shortlist(params, r, 1, 4, 2)
+  table = pipeline.prepare(params, max_size=2, k_pool=4).neighbors
   fast = expansion(params, r, 1, 4, 2, table)
   np.testing.assert_array_equal(np.asarray(fast.tools), np.asarray(full.tools))
   assert int(full.tools[0, 1]) == n - 1              # largest ℓ among the tied tools
@@ -116,8 +117,8 @@ def test_prepared_predict_equals_the_reference_path(method):
   params = make_params(rng, 120, 10, 4, scale=0.3, d_r=7)
   r = rng.normal(size=(70, 7)).astype(np.float32)
   kw = dict(k1=5, k_pool=10, max_size=4, method=method, ranking="greedy")
-  want = inference.predict(params, r, **kw)
-  got = inference.predict_prepared(inference.prepare(params, max_size=4, k_pool=10), r, **kw)
+  want = pipeline.predict(params, r, **kw)
+  got = pipeline.predict_prepared(pipeline.prepare(params, max_size=4, k_pool=10), r, **kw)
   assert_same_prediction(got, want)
 
 
@@ -128,14 +129,14 @@ def test_prepared_predict_with_every_ranking_equals_the_reference_path():
   params = make_params(rng, 120, 10, 4, scale=0.3, d_r=7)
   r = rng.normal(size=(70, 7)).astype(np.float32)      # 70 = two chunks of 32 + a remainder
   kw = dict(k1=5, k_pool=10, max_size=4, method="gather")
-  want = [inference.predict(params, r, ranking=name, **kw) for name in choices.RANKINGS]
-  batched = inference.predict_batched(params, r, batch_size=32, rankings=choices.RANKINGS, **kw)
+  want = [pipeline.predict(params, r, ranking=name, **kw) for name in choices.RANKINGS]
+  batched = pipeline.predict_batched(params, r, batch_size=32, rankings=choices.RANKINGS, **kw)
   assert len(batched) == len(choices.RANKINGS)
   for b, w in zip(batched, want):
     assert_same_prediction(b, w)
   assert not np.array_equal(want[0].ranking, want[1].ranking)   # the rankings do differ here
   with pytest.raises(ValueError, match="ranking or rankings"):
-    inference.predict_batched(params, r, ranking="logit", rankings=("greedy",), **kw)
+    pipeline.predict_batched(params, r, ranking="logit", rankings=("greedy",), **kw)
 
 
 @pytest.mark.parametrize("k_pool,max_size,batch", [(8, 3, 5), (20, 5, 66), (10, 4, 64)])
@@ -189,7 +190,7 @@ def test_rankings_on_a_hand_checkable_case():
 
 
 def test_set_mean_of_the_numpy_reference_matches():
-  from hyset_jax import reference
+  from hyset_jax.io import reference
   rng = np.random.default_rng(8)
   logits = rng.normal(size=(3, 8)).astype(np.float32)
   g = rng.normal(size=(3, 2, 8, 8)).astype(np.float32)
@@ -204,7 +205,7 @@ def test_rankings_match_brute_force():
   n, d, k1, k_pool, m = 30, 6, 4, 8, 3
   params = make_params(rng, n, d, m, scale=0.8)
   r = rng.normal(size=(3, d))
-  preds = inference.predict_batched(params, r.astype(np.float32), k1=k1, k_pool=k_pool,
+  preds = pipeline.predict_batched(params, r.astype(np.float32), k1=k1, k_pool=k_pool,
                                     max_size=m, rankings=choices.RANKINGS)
   z, p, ms = (np.asarray(a, np.float64) for a in (params.tool_embeddings, params.projection,
                                                    params.interactions))
@@ -232,16 +233,16 @@ def test_rankings_match_brute_force():
 def test_neighbor_table_cache_is_keyed_and_rebuilt_when_bad(tmp_path):
   rng = np.random.default_rng(6)
   params = make_params(rng, 50, 6, 3)
-  prep = inference.prepare(params, max_size=3, k_pool=8, cache_dir=tmp_path)
+  prep = pipeline.prepare(params, max_size=3, k_pool=8, cache_dir=tmp_path)
   files = list(tmp_path.glob("neighbors-*.npz"))
   assert len(files) == 1
-  again = inference.prepare(params, max_size=3, k_pool=8, cache_dir=tmp_path)
+  again = pipeline.prepare(params, max_size=3, k_pool=8, cache_dir=tmp_path)
   np.testing.assert_array_equal(np.asarray(again.neighbors.ids), np.asarray(prep.neighbors.ids))
   files[0].write_bytes(b"not an npz")
-  rebuilt = inference.prepare(params, max_size=3, k_pool=8, cache_dir=tmp_path)
+  rebuilt = pipeline.prepare(params, max_size=3, k_pool=8, cache_dir=tmp_path)
   np.testing.assert_array_equal(np.asarray(rebuilt.neighbors.ids), np.asarray(prep.neighbors.ids))
   other = params._replace(interactions=params.interactions * 2)
-  inference.prepare(other, max_size=3, k_pool=8, cache_dir=tmp_path)
+  pipeline.prepare(other, max_size=3, k_pool=8, cache_dir=tmp_path)
   assert len(list(tmp_path.glob("neighbors-*.npz"))) == 2
   # The table matches a direct top-W of z_iᵀ M z_t without self.
   s = np.array(params.tool_embeddings @ params.interactions[1] @ params.tool_embeddings.T)
@@ -254,17 +255,17 @@ def test_small_library_rows_hold_every_other_tool():
   rng = np.random.default_rng(7)
   params = make_params(rng, 12, 5, 3)
   r = jnp.asarray(rng.normal(size=(4, 5)), jnp.float32)
-  prep = inference.prepare(params, max_size=3, k_pool=12)
+  prep = pipeline.prepare(params, max_size=3, k_pool=12)
   assert prep.neighbors.ids.shape == (12, 11)
-  np.testing.assert_array_equal(np.asarray(inference.shortlist_prepared(prep, r, 5, 12).tools),
-                                np.asarray(inference.shortlist(params, r, 5, 12, 3).tools))
+  np.testing.assert_array_equal(np.asarray(pipeline.shortlist_prepared(prep, r, 5, 12).tools),
+                                np.asarray(pipeline.shortlist(params, r, 5, 12, 3).tools))
 
 
 @pytest.mark.parametrize("conditioned", [False, True])
 def test_prepared_path_with_query_tower_and_conditioned_term(conditioned):
   """The tower runs before P Zᵀ; a conditioned set term makes G_m per query: still the same
   predictions as the reference path."""
-  from hyset_jax.scoring import QueryInteraction, QueryTower
+  from hyset_jax.model.scoring import QueryInteraction, QueryTower
   rng = np.random.default_rng(8)
   n, d, m, depth, hidden, rank = 60, 6, 3, 2, 5, 3
   f = lambda *shape: jnp.asarray(rng.normal(size=shape) * 0.3, jnp.float32)  # noqa: E731
@@ -276,5 +277,5 @@ def test_prepared_path_with_query_tower_and_conditioned_term(conditioned):
         u=f(m - 1, d, rank), w=f(m - 1, d, rank), v=f(m - 1, d), b=f(m - 1)))
   r = rng.normal(size=(9, d)).astype(np.float32)
   kw = dict(k1=5, k_pool=10, max_size=m)
-  want = inference.predict(params, r, **kw)
-  assert_same_prediction(inference.predict_batched(params, r, neighbor_table=True, **kw), want)
+  want = pipeline.predict(params, r, **kw)
+  assert_same_prediction(pipeline.predict_batched(params, r, neighbor_table=True, **kw), want)

@@ -1,7 +1,7 @@
 """The term registry's conformance matrix: every registered model term (and none, and all at once)
 through every place a model goes — the model directory, the npz export, the NumPy reference,
 StableHLO, ONNX, ``hyset serve``'s retriever and ``hyset tools add|remove`` — each giving
-``hyset predict``'s answers. The matrix is built from :data:`hyset_jax.terms.REGISTRY`, so a new
+``hyset predict``'s answers. The matrix is built from :data:`hyset_jax.model.terms.REGISTRY`, so a new
 term that lacks a maker or a view here, or that a consumer drops, fails it. Also the one format
 converter: ``hyset/1`` … ``hyset/4`` directories keep loading, and a ``hyset/5`` manifest naming a
 term this version does not know is refused by name."""
@@ -12,9 +12,11 @@ import jax
 import numpy as np
 import pytest
 
-from hyset_jax import export, inference, model, model_format, modeldir, reference, terms, tooledit
+from hyset_jax.inference import pipeline
+from hyset_jax.io import export, model_format, modeldir, reference, tooledit
+from hyset_jax.model import parameters, terms
 from hyset_jax.errors import UserError
-from hyset_jax.lexical import LexicalIndex
+from hyset_jax.model.lexical import LexicalIndex
 
 from test_lexical import TEXTS, WORDS
 from test_model_extensions import random_params
@@ -44,12 +46,12 @@ def build(variant: str) -> modeldir.ModelDir:
   params, lex = _base()._replace(tower=None, conditioned=None), None
   for name in (terms.REGISTRY if variant == "all" else [] if variant == "none" else [variant]):
     params, lex = MAKERS[name](params, lex)
-  return modeldir.ModelDir(model.host_params(params), tuple(f"t{i}" for i in range(N)), M, K1,
+  return modeldir.ModelDir(parameters.host_params(params), tuple(f"t{i}" for i in range(N)), M, K1,
                            K, None, ranking=RANKING, lexical=lex)
 
 
 def want(md: modeldir.ModelDir, ranking: str = RANKING):
-  return inference.predict_batched(md.params, md.query_inputs(QUERIES, QUERY_TEXTS), k1=K1,
+  return pipeline.predict_batched(md.params, md.query_inputs(QUERIES, QUERY_TEXTS), k1=K1,
                                    k_pool=K, max_size=M, ranking=ranking)
 
 
@@ -83,7 +85,7 @@ def test_the_matrix_covers_every_registered_term():
   for name in terms.REGISTRY:
     assert build(name).terms == (name,)
   assert build("all").terms == tuple(terms.REGISTRY)
-  assert reference.RANKINGS == inference.RANKINGS  # the reference cannot import choices
+  assert reference.RANKINGS == pipeline.RANKINGS  # the reference cannot import choices
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -106,7 +108,7 @@ def test_model_directory_npz_and_reference(variant, tmp_path):
       assert [r["set"] for r in rows] == ids_of(md, got.set_tools), (source, ranking)
       assert [r["ranking"] for r in rows] == ids_of(md, got.ranking), (source, ranking)
       np.testing.assert_allclose([r["set_score"] for r in rows], got.set_score, atol=1e-4)
-    for ranking in set(inference.RANKINGS) - set(terms.allowed_rankings(md.params)):
+    for ranking in set(pipeline.RANKINGS) - set(terms.allowed_rankings(md.params)):
       with pytest.raises(reference.ModelError, match=f"ranking {ranking!r}"):
         reference.predict(ref, QUERIES, ranking=ranking, lexical=lex)
 
@@ -116,7 +118,7 @@ def test_model_directory_npz_and_reference(variant, tmp_path):
 def test_stablehlo_and_onnx(variant, tmp_path):
   import onnxruntime as ort
   from jax import export as jax_export
-  from hyset_jax.export_onnx import write_onnx
+  from hyset_jax.io.export_onnx import write_onnx
   md = build(variant)
   got, lex = want(md), md.lexical_scores(QUERY_TEXTS)
   extra = () if lex is None else (lex,)

@@ -6,10 +6,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from hyset_jax import inference, modeldir, tooledit
+from hyset_jax.inference import pipeline
+from hyset_jax.io import modeldir, tooledit
 from hyset_jax.errors import UserError
-from hyset_jax.lexical import LexicalIndex
-from hyset_jax.scoring import SetPrior
+from hyset_jax.model.lexical import LexicalIndex
+from hyset_jax.model.scoring import SetPrior
 
 from test_model_extensions import random_params
 from test_set_prior import D, K, K1, M, N, prior_in_shortlists
@@ -53,7 +54,7 @@ def test_removing_tools_keeps_each_seen_set_on_its_tools(tmp_path):
   back = modeldir.load_model_dir(tmp_path / "m")
   assert sets_by_id(back) == new_sets
   q = np.random.default_rng(0).normal(size=(3, D)).astype(np.float32)
-  pred = inference.predict(back.params, q, k1=K1, k_pool=K, max_size=M, ranking="set-max")
+  pred = pipeline.predict(back.params, q, k1=K1, k_pool=K, max_size=M, ranking="set-max")
   assert np.asarray(pred.set_tools).max() < len(back.tool_ids)
   # Adding tools appends rows: the sets are unchanged.
   added = tooledit.add_tools(before, ["new_tool"], np.ones((1, D), np.float32))

@@ -251,7 +251,7 @@ def _snapshot(path):
 
 def _hyset_model_dir(path):
   """A directory shaped like a hyset model directory (its own manifest.json format)."""
-  from hyset_jax import modeldir
+  from hyset_jax.io import modeldir
   path.mkdir()
   (path / "manifest.json").write_text(json.dumps({"format": modeldir.FORMAT, "tool_ids": ["a"],
                                                   "max_set_size": 5, "k1": 15, "k_pool": 20}))

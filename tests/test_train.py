@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from hyset_jax import choices, config as config_lib
-from hyset_jax import batches, losses, model, negatives, scoring, sharding, train
+from hyset_jax.model import parameters, scoring
+from hyset_jax.training import batches, losses, negatives, sharding, train
 from hyset_jax.errors import UserError
 from hyset_jax.testing import small_config, synthetic_data
 
@@ -77,7 +78,7 @@ def test_set_losses_can_leave_z_to_the_per_tool_loss():
   z /= np.linalg.norm(z, axis=1, keepdims=True)
   mc = config_lib.ModelConfig(max_set_size=3, k1=3, k_pool=5, tower_depth=1, conditioned=True,
                               conditioned_rank=2)
-  theta = model.init_theta(z, 6, mc, seed=0)
+  theta = parameters.init_theta(z, 6, mc, seed=0)
   query = jnp.asarray(rng.normal(size=(2, 6)), jnp.float32)
   members = jnp.asarray([[[0, 1, 0], [2, 3, 4], [5, 0, 0]], [[6, 7, 8], [9, 0, 0], [1, 2, 0]]])
   mask = jnp.asarray([[[1, 1, 0], [1, 1, 1], [1, 0, 0]], [[1, 1, 1], [1, 0, 0], [1, 1, 0]]], bool)
@@ -92,7 +93,7 @@ def test_set_losses_can_leave_z_to_the_per_tool_loss():
   joint = grads(tool_loss_weight=0.5)
   apart = grads(tool_loss_weight=0.5, set_losses_train_z=False)
   tool_only = jax.jit(jax.grad(lambda t: 0.5 * losses.tool_loss(
-      scoring.query_logits(model.materialize(t, mc), query), members[:, 0],
+      scoring.query_logits(parameters.materialize(t, mc), query), members[:, 0],
       mask[:, 0])))(theta)
   np.testing.assert_allclose(apart["z"], tool_only["z"], atol=1e-6)
   assert np.abs(np.asarray(joint["z"] - apart["z"])).max() > 1e-4   # the set losses moved Z
@@ -124,7 +125,7 @@ def test_one_step_on_eight_devices_equals_one_device():
   out = []
   for n in (1, 8):
     mesh = sharding.make_mesh(n)
-    theta = model.init_theta(data.tool_embeddings, 16, mc, 0)
+    theta = parameters.init_theta(data.tool_embeddings, 16, mc, 0)
     state = train.TrainState(theta, optimizer.init(theta))
     step = train.make_step_fn(mesh, mc, tc, optimizer)
     for _ in range(3):
@@ -240,8 +241,8 @@ def test_config_errors_before_any_work():
 
 @pytest.mark.heavy
 def test_ranking_is_chosen_on_validation_and_recorded(tmp_path):
-  from hyset_jax import modeldir
-  from hyset_jax.evaluation import RANK_METRICS
+  from hyset_jax.io import modeldir
+  from hyset_jax.evaluation.evaluator import RANK_METRICS
   data = synthetic_data()
   out = train.train_and_evaluate(small_config(), tmp_path / "auto", data=data, progress=False,
                                  num_devices=1)

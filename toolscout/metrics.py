@@ -1,6 +1,6 @@
-"""ToolScout's metrics on top of :mod:`hyset_jax.metrics` (paper §4).
+"""ToolScout's metrics on top of :mod:`hyset_jax.evaluation.metrics` (paper §4).
 
-- Candidate coverage at depth 20: :func:`hyset_jax.metrics.coverage_at_depth`
+- Candidate coverage at depth 20: :func:`hyset_jax.evaluation.metrics.coverage_at_depth`
   (any gold tool in the pool; reused, not redefined).
 - P@1 among covered queries: the first tool after reranking the pool is gold,
   averaged over the queries whose pool holds a gold tool at all (uncovered
@@ -13,7 +13,7 @@ from collections.abc import Collection, Sequence
 
 import numpy as np
 
-from hyset_jax.metrics import coverage_at_depth
+from hyset_jax.evaluation.metrics import coverage_at_depth
 
 DEPTH = 20  # the paper's candidate depth
 

@@ -133,8 +133,8 @@ def _bfcl(spec: str, categories: tuple[str, ...] | None) -> tuple[Tools, BySourc
   dropped = 0
   for queries in bfcl.splits.values():
     for q in queries:
-      if wanted is not None and q.source not in wanted:
-        continue
+      if (wanted is not None and q.source not in wanted) or not q.gold:
+        continue  # not asked for, or a request that needs no tool (nothing to route to)
       gold = tuple(f"bfcl/{g}" for g in q.gold if g in known)
       if not gold:
         dropped += 1

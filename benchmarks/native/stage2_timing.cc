@@ -1,7 +1,7 @@
 // One-core timing of the native stage-2 kernel's own functions, without XLA around them: the
 // per-group tables alone (BuildTables), and whole groups (ScoreGroup: tables, the walk and the
 // outputs) for the best set and for every score.
-// Compiled and run by benchmarks/native_stage2.py, which includes hyset_jax/native/subsets.cc
+// Compiled and run by benchmarks/native_stage2.py, which includes hyset_jax/inference/native/subsets.cc
 // (SUBSETS_CC) into this file. Prints one JSON line.
 #include SUBSETS_CC
 

@@ -4,7 +4,7 @@
 M_2..M_M of scale 0.1 — trained-model scale), prepares it (P Zᵀ, Z M_m, the neighbour table),
 and times from query embeddings ("encoder excluded"):
 
-- ``inference.predict_prepared``: stage 1, expansion, G_m, best-only stage 2, the ranking;
+- ``pipeline.predict_prepared``: stage 1, expansion, G_m, best-only stage 2, the ranking;
 - the dense pass over the same library: ℓ for every tool and its top K_pool — what a plain
   dense retriever does, 2·N·d flops per query.
 
@@ -32,7 +32,7 @@ def random_params(num_tools: int, dim: int, max_size: int, seed: int = 0):
   """HysetParams of a random library: unit rows, P = I, symmetric M_m of scale 0.1."""
   import jax
 
-  from hyset_jax.scoring import HysetParams
+  from hyset_jax.model.scoring import HysetParams
   rng = np.random.default_rng(seed)
   z = rng.standard_normal((num_tools, dim), dtype=np.float32)
   z /= np.linalg.norm(z, axis=1, keepdims=True)
@@ -47,7 +47,7 @@ def random_table(num_tools: int, width: int, seed: int = 0):
   table, a row holds no duplicates and no boundary tie sends a batch to the full scan."""
   import jax
 
-  from hyset_jax.neighbors import NeighborTable
+  from hyset_jax.inference.neighbors import NeighborTable
   rng = np.random.default_rng(seed)
   steps = rng.integers(1, max(2, num_tools // width), (num_tools, width))
   ids = ((np.arange(num_tools)[:, None] + np.cumsum(steps, axis=1)) % num_tools).astype(np.int32)
@@ -72,13 +72,13 @@ def _time(fn, repeats: int, min_sample_s: float = 0.05) -> list[float]:
 
 def prepared_library(num_tools: int, dim: int, *, k_pool: int = 20, max_size: int = 5,
                      seed: int = 0, table: Literal["build", "random"] = "build"):
-  """(PreparedModel of a random library, seconds :func:`inference.prepare` took)."""
+  """(PreparedModel of a random library, seconds :func:`pipeline.prepare` took)."""
   import jax
 
-  from hyset_jax import inference, neighbors
+  from hyset_jax.inference import pipeline, neighbors
   params = random_params(num_tools, dim, max_size, seed)
   start = time.perf_counter()
-  prep = inference.prepare(params, max_size=max_size, k_pool=k_pool,
+  prep = pipeline.prepare(params, max_size=max_size, k_pool=k_pool,
                            neighbor_table=table == "build")
   jax.block_until_ready(prep)
   prepare_s = time.perf_counter() - start
@@ -99,10 +99,11 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
   pair_matrices, stage2 — the last is the rest: enumeration and ranking)."""
   import jax
 
-  from hyset_jax import choices, enumeration, inference
+  from hyset_jax import choices
+  from hyset_jax.inference import enumeration, pipeline
   # Record the implementation that runs ("auto" names none).
   method = enumeration.resolve_method(method or choices.DEFAULT_METHOD, k_pool, max_size)
-  ranking = ranking or inference.DEFAULT_RANKING
+  ranking = ranking or pipeline.DEFAULT_RANKING
   enumeration.validate_sizes(k_pool, max_size, k1=k1, num_tools=num_tools)
   log = log or (lambda msg: None)
   prep, prepare_s = prepared or prepared_library(num_tools, dim, k_pool=k_pool,
@@ -113,7 +114,7 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
   q = jax.device_put(q / np.linalg.norm(q, axis=1, keepdims=True))
   kw = dict(k1=k1, k_pool=k_pool, max_size=max_size, method=method, ranking=ranking)
   start = time.perf_counter()
-  compiled = inference.predict_prepared.lower(prep, q, **kw).compile()
+  compiled = pipeline.predict_prepared.lower(prep, q, **kw).compile()
   compile_s = time.perf_counter() - start
   dense = jax.jit(lambda w, x: jax.lax.top_k(x @ w, k_pool)).lower(prep.logit_weights, q).compile()
   prefixes = _prefixes(prep, q, k1, k_pool, method) if breakdown else {}
@@ -144,15 +145,15 @@ def _prefixes(prep, q, k1: int, k_pool: int, method: str) -> dict:
   """Compiled prefixes of predict_prepared: stage 1, + expansion (the shortlist), + G_m."""
   import jax
 
-  from hyset_jax import inference
+  from hyset_jax.inference import pipeline
 
   def stage1(p, x):
-    return inference.stage1_prepared(p, x, k1)[1]   # ℓ stays inside, as in the whole
+    return pipeline.stage1_prepared(p, x, k1)[1]   # ℓ stays inside, as in the whole
 
   def shortlist(p, x):
-    return inference.shortlist_prepared(p, x, k1, k_pool, method)
+    return pipeline.shortlist_prepared(p, x, k1, k_pool, method)
 
   def pairs(p, x):
-    return inference.pair_matrices_prepared(p, x, shortlist(p, x).tools, method)
+    return pipeline.pair_matrices_prepared(p, x, shortlist(p, x).tools, method)
   return {name: jax.jit(fn).lower(prep, q).compile()
           for name, fn in (("stage1", stage1), ("shortlist", shortlist), ("pairs", pairs))}

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from hyset_jax import enumeration
+from hyset_jax.inference import enumeration
 from hyset_jax.benchmarking.workload import Workload
 
 

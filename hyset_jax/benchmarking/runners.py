@@ -95,7 +95,8 @@ def _jax_prepare(method: str | None, w: "Workload", output: str) -> Prepared:
   import jax
   import jax.numpy as jnp
 
-  from hyset_jax import enumeration, scoring
+  from hyset_jax.inference import enumeration
+  from hyset_jax.model import scoring
 
   # Record the implementation that runs ("auto" names none).
   if method != "gather/subset-major":

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from hyset_jax import enumeration
+from hyset_jax.inference import enumeration
 
 
 @dataclasses.dataclass(frozen=True)

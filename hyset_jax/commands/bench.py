@@ -105,7 +105,8 @@ def _write_json(path: str | None, out: dict) -> None:
 
 
 def run_e2e(args: argparse.Namespace) -> int:
-  from hyset_jax import enumeration, io_utils
+  from hyset_jax import io_utils
+  from hyset_jax.inference import enumeration
   from hyset_jax.benchmarking import end_to_end, hardware
 
   if args.json:
@@ -130,7 +131,8 @@ def run_e2e(args: argparse.Namespace) -> int:
 
 
 def run_enumerate(args: argparse.Namespace) -> int:
-  from hyset_jax import enumeration, io_utils
+  from hyset_jax import io_utils
+  from hyset_jax.inference import enumeration
   from hyset_jax.benchmarking import hardware, runners, workload
 
   if args.json:
@@ -226,7 +228,7 @@ def _check(impl: str, w, output: str = "scores") -> float:
 
   import numpy as np
 
-  from hyset_jax import enumeration
+  from hyset_jax.inference import enumeration
   from hyset_jax.benchmarking import references, runners
 
   small = dataclasses.replace(
@@ -257,7 +259,7 @@ def _check_best(impl: str, small, want, table) -> float:
   """Max |best score − NumPy's best| over the workload; UserError if a best set differs."""
   import numpy as np
 
-  from hyset_jax import enumeration
+  from hyset_jax.inference import enumeration
   from hyset_jax.benchmarking import references, runners
   best_want = want.max(axis=1)
   if impl in runners.JAX_METHODS:

@@ -112,7 +112,8 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-  from hyset_jax import io_utils, significance
+  from hyset_jax import io_utils
+  from hyset_jax.evaluation import significance
   from hyset_jax.data import files, splits
   from hyset_jax.data.specs import input_paths, load_dataset
 

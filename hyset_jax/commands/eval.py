@@ -6,12 +6,12 @@
 METHOD: bm25, dense, fusion, hyset, linear-head, mlp-head, set-classifier, or one of the
 paper's set-level baselines: cardinality, mmr, facility-location, deepsets, set-transformer.
 
-Writes the metrics of docs/contracts.md (``hyset_jax.metrics.evaluate``) as JSON
+Writes the metrics of docs/contracts.md (``hyset_jax.evaluation.metrics.evaluate``) as JSON
 and prints a one-line summary. ``--method hyset`` without ``--model`` scores the
 untrained HYSET built from the encoder's tool embeddings (P = I, M = 0), which
 ranks exactly like ``dense``: the baseline any training must beat. ``--model``
 takes a model directory or a ``hyset train`` workdir (its best/ model); a model trained on
-another library is carried onto the data set's (hyset_jax.carry: tools it lacks get the
+another library is carried onto the data set's (hyset_jax.io.carry: tools it lacks get the
 tool encoder's embedding, tools the library does not list are dropped, stderr says how many).
 ``--split validation`` on a data set without one scores the validation split
 training carves out of train (same query-id hash, ``--validation-fraction``).
@@ -111,10 +111,10 @@ def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary
                           ranking: str | None = None, data: str = "the data set's library"
                           ) -> Any:
   """A HysetRetriever from a model directory or a training workdir's best/, carried onto the
-  data's library (``data``: its spec) when that differs from the model's (hyset_jax.carry)."""
-  from hyset_jax.carry import carry_onto
-  from hyset_jax.modeldir import best_model_dir
-  from hyset_jax.modeldir import load_model_dir
+  data's library (``data``: its spec) when that differs from the model's (hyset_jax.io.carry)."""
+  from hyset_jax.io.carry import carry_onto
+  from hyset_jax.io.modeldir import best_model_dir
+  from hyset_jax.io.modeldir import load_model_dir
   from hyset_jax.retrievers import HysetRetriever
   model = carry_onto(load_model_dir(best_model_dir(path)), tools, data)
   encoder = _load_encoder(encoder_dir if encoder_dir is not None else model.query_encoder)
@@ -162,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
   from hyset_jax import io_utils
   from hyset_jax.data import splits
   from hyset_jax.data.specs import input_paths, load_dataset
-  from hyset_jax.metrics import evaluate
+  from hyset_jax.evaluation.metrics import evaluate
 
   _check_args(args)
   # Fail before minutes of encoding.
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
   start = time.perf_counter()
   dataset = load_dataset(args.data)
   if args.split == "validation":
-    # The split training validates on (hyset_jax.train.prepare_data does the same).
+    # The split training validates on (hyset_jax.training.train.prepare_data does the same).
     fraction = validation_fraction(args.validation_fraction, args.model)
     dataset = (splits.with_validation(dataset) if fraction is None
                else splits.with_validation(dataset, fraction))

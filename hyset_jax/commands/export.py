@@ -1,6 +1,6 @@
 """``hyset export``: a training workdir's best model for other stacks.
 
-Formats (see :mod:`hyset_jax.export` and docs/export.md):
+Formats (see :mod:`hyset_jax.io.export` and docs/export.md):
 
   hyset       the model directory (params.safetensors + manifest.json, which lists the model's
               terms; lexical.json with the lexical term)
@@ -21,9 +21,9 @@ import argparse
 
 from hyset_jax.errors import UserError
 
-# hyset_jax.export.FORMATS, not imported here: it would load JAX for ``hyset --help``.
+# hyset_jax.io.export.FORMATS, not imported here: it would load JAX for ``hyset --help``.
 FORMATS = ("hyset", "npz", "projector", "stablehlo", "onnx")
-# Formats of other implementations, written by hyset_jax.peer (not hyset_jax.export).
+# Formats of other implementations, written by hyset_jax.io.peer (not hyset_jax.io.export).
 PEER_FORMATS = ("hyset-pytorch",)
 
 
@@ -48,8 +48,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-  from hyset_jax import export, io_utils, modeldir
-  from hyset_jax.peer import convert
+  from hyset_jax import io_utils
+  from hyset_jax.io import export, modeldir
+  from hyset_jax.io.peer import convert
   source = modeldir.best_model_dir(args.workdir)
   markers = {**export.MARKERS, "hyset-pytorch": (convert.CHECKPOINT_FILE,)}
   # Before loading or compiling anything.
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     what = (f"the authors' PyTorch checkpoint {convert.CHECKPOINT_FILE} (format_version 2, "
             f"K1 = {model.k1} and K_pool = {model.k_pool} in its train_config)")
   elif args.format == "onnx":
-    from hyset_jax.export_onnx import write_onnx
+    from hyset_jax.io.export_onnx import write_onnx
     write_onnx(out, model, batch=args.onnx_batch, force=args.force)
     what = f"ONNX stage 1 and stage 2 (jax2onnx), batch {args.onnx_batch}"
   else:

@@ -71,10 +71,10 @@ def run(args: argparse.Namespace) -> int:
   for noisy in ("absl", "orbax", "jax"):
     logging.getLogger(noisy).setLevel(logging.WARNING)
   from hyset_jax import config as config_lib
-  from hyset_jax import finetune, label_tuning
+  from hyset_jax.training import finetune, label_tuning
   from hyset_jax.data.specs import input_paths
   from hyset_jax.io_utils import output_dir
-  from hyset_jax.train_data import prepare_data
+  from hyset_jax.training.train_data import prepare_data
 
   if args.init_model is not None and args.objective != "joint":
     raise UserError("--init-model starts θ, which only --objective joint trains")

@@ -44,10 +44,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-  from hyset_jax import export, io_utils
+  from hyset_jax import io_utils
+  from hyset_jax.io import export
   from hyset_jax.data.specs import input_paths, load_dataset
-  from hyset_jax.modeldir import ModelDir, save_model_dir
-  from hyset_jax.peer import convert, torch_format
+  from hyset_jax.io.modeldir import ModelDir, save_model_dir
+  from hyset_jax.io.peer import convert, torch_format
 
   out = io_utils.output_dir(args.out, args.force, marker=export.MARKERS["hyset"],
                             inputs=(args.checkpoint, *input_paths(args.tools)),

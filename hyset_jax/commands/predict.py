@@ -3,7 +3,7 @@
 Output: one JSON object a line, in input order, with ``query_id``, ``set`` (tool ids),
 ``set_score``, ``ranking`` (tool ids) and ``shortlist`` (tool ids, shortlist order); the
 contract is in docs/contracts.md. ``--tools SPEC`` carries the model onto another library first
-(hyset_jax.carry): tools it lacks get the tool encoder's embedding, as ``hyset tools add`` gives
+(hyset_jax.io.carry): tools it lacks get the tool encoder's embedding, as ``hyset tools add`` gives
 them, tools SPEC does not list are dropped, and stderr says how many of each.
 
 ``--allow FILE`` / ``--deny FILE`` (one tool id a line; ``prefix*`` for every id starting
@@ -66,7 +66,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def allowed_tools(tool_ids, allow: str | None, deny: str | None) -> np.ndarray | None:
   """bool[N] from ``--allow`` / ``--deny`` files (None: neither given); UserError naming the
   flag, the file and the entry for an id the library lacks, or for lists allowing nothing."""
-  from hyset_jax import filters
+  from hyset_jax.inference import filters
   if not allow and not deny:
     return None
   index = filters.FilterIndex(tool_ids)
@@ -131,7 +131,7 @@ def encode_queries(path: str, encoder_name: str, dim: int
 
 def resolve_overrides(model, k1: int | None, k_pool: int | None, max_size: int | None):
   """The (K1, K_pool, M) to use: command-line overrides on top of the manifest, validated."""
-  from hyset_jax.enumeration import validate_sizes
+  from hyset_jax.inference.enumeration import validate_sizes
   k1 = model.k1 if k1 is None else k1
   k_pool = model.k_pool if k_pool is None else k_pool
   max_size = model.max_set_size if max_size is None else max_size
@@ -144,18 +144,20 @@ def resolve_overrides(model, k1: int | None, k_pool: int | None, max_size: int |
 
 
 def run(args: argparse.Namespace) -> int:
-  from hyset_jax import inference, io_utils, modeldir, neighbors
+  from hyset_jax import io_utils
+  from hyset_jax.inference import pipeline, neighbors
+  from hyset_jax.io import modeldir
   from hyset_jax.data.specs import input_paths
 
   tool_inputs = input_paths(args.tools) if args.tools else ()
   out = io_utils.output_file(args.out, args.force,
                             inputs=(args.model, args.queries, args.query_embeddings,
                                     args.allow, args.deny, *tool_inputs))
-  from hyset_jax.modeldir import best_model_dir
+  from hyset_jax.io.modeldir import best_model_dir
   model_path = best_model_dir(args.model)
   model = modeldir.load_model_dir(model_path)
   if args.tools:
-    from hyset_jax.carry import carry_onto
+    from hyset_jax.io.carry import carry_onto
     from hyset_jax.data.specs import load_dataset
     model = carry_onto(model, load_dataset(args.tools).tools, args.tools)
   k1, k_pool, max_size = resolve_overrides(model, args.k1, args.k_pool, args.max_size)
@@ -176,10 +178,10 @@ def run(args: argparse.Namespace) -> int:
   # The fast path: per-model products and the expansion's neighbour table, cached beside the
   # model directory (built once per model, N²·d flops; keyed by Z, so a carried model's table
   # is its own file there).
-  prepared = inference.prepare(model.params, max_size=max_size, k_pool=k_pool,
+  prepared = pipeline.prepare(model.params, max_size=max_size, k_pool=k_pool,
                                cache_dir=neighbors.cache_dir_beside(model_path),
                                progress=len(model.tool_ids) > 20_000)
-  pred = inference.predict_batched(prepared, x, k1=k1, k_pool=k_pool, max_size=max_size,
+  pred = pipeline.predict_batched(prepared, x, k1=k1, k_pool=k_pool, max_size=max_size,
                                    batch_size=args.batch_size, method=args.method,
                                    ranking=args.ranking or model.ranking,
                                    progress=emb.shape[0] > 4 * args.batch_size)

@@ -131,7 +131,7 @@ def check_persist(out: str, model: str):
   (it is replaced at each update, as with --force); never another non-empty folder, and never
   the served model directory or one holding it (an output is never an input)."""
   from hyset_jax import io_utils
-  from hyset_jax.modeldir import MANIFEST_FILE, best_model_dir
+  from hyset_jax.io.modeldir import MANIFEST_FILE, best_model_dir
   return io_utils.output_dir(out, True, marker=MANIFEST_FILE, inputs=[best_model_dir(model)],
                              flag="--persist", what="model directory")
 

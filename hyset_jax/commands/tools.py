@@ -38,8 +38,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-  from hyset_jax import io_utils, modeldir, tooledit
-  from hyset_jax.modeldir import best_model_dir
+  from hyset_jax import io_utils
+  from hyset_jax.io import modeldir, tooledit
+  from hyset_jax.io.modeldir import best_model_dir
   from hyset_jax.data.specs import load_dataset
 
   source = best_model_dir(args.model)
@@ -50,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
   io_utils.check_target(out, args.force)
   model = modeldir.load_model_dir(source)
   if args.action == "add":
-    from hyset_jax.carry import tool_encoder
+    from hyset_jax.io.carry import tool_encoder
     tools = load_dataset(args.tools).tools
-    encode = tool_encoder(model)  # the one path that embeds new tools (also hyset_jax.carry)
+    encode = tool_encoder(model)  # the one path that embeds new tools (also hyset_jax.io.carry)
     if encode is None:
       raise UserError(f"{source}: the manifest names no encoder (query_encoder is null), so "
                       f"new tools cannot be embedded the way the model's were")

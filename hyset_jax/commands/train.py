@@ -55,7 +55,7 @@ def _use_cpu_devices(n: int) -> None:
 
 def check_workdir(workdir: str | None) -> None:
   """Refuse a --workdir that is part of another run or a model directory (a likely slip)."""
-  from hyset_jax.modeldir import enclosing_workdir
+  from hyset_jax.io.modeldir import enclosing_workdir
   if workdir is None:
     return
   path = pathlib.Path(workdir)
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger(noisy).setLevel(logging.WARNING)
   if args.dry_run:
     return _dry_run(config, args)
-  from hyset_jax.train import train_and_evaluate
+  from hyset_jax.training.train import train_and_evaluate
   summary = train_and_evaluate(config, args.workdir, progress=not args.no_progress)
   print(json.dumps(summary, indent=1))
   return 0
@@ -100,7 +100,7 @@ def _dry_run(config, args) -> int:
     _use_cpu_devices(args.devices)
   if args.num_tools is not None and args.num_tools < config.model.k_pool:
     raise UserError(f"--num-tools must be ≥ model.k_pool = {config.model.k_pool}")
-  from hyset_jax import dry_run
+  from hyset_jax.training import dry_run
   num_tools = args.num_tools
   dims = {}
   if num_tools is not None:  # the encoder's width still comes from its files

@@ -11,18 +11,30 @@ Layout (checked on bfcl-eval 2026.3.23, ``BFCL_v4``)::
   data/possible_answer/BFCL_v<N>_<category>.json  {"id", "ground_truth": [{fn: args}, ...]}
 
 - Library: the union of the ``function`` lists of every question file, answered
-  or not (the unanswered irrelevance categories still describe real functions),
+  or not (the irrelevance categories still describe real functions),
   deduplicated by name; a name with differing definitions keeps its most
   frequent one and is counted in the notes.
-- Queries: only categories with answers and inline ``function`` lists. The gold
+- Queries: categories with answers and inline ``function`` lists. The gold
   set is the distinct function names of ``ground_truth`` (the key of each call
   object); the source is the category (``simple_python``, ``live_multiple``...).
-- Skipped and counted in ``Dataset.notes``: categories without answers
-  (irrelevance, live_irrelevance, live_relevance), categories whose questions
-  carry no function list (multi_turn_*, memory, web_search: their functions
-  live in per-class files and their answers are call strings or plain text),
-  and files that are not question files (format_sensitivity, one JSON document).
-  ``unused_datasets/`` is not read.
+- No-tool queries: the irrelevance categories (:data:`IRRELEVANT_CATEGORIES`:
+  ``irrelevance``, 240 questions, and ``live_irrelevance``, 884, in bfcl-eval
+  2026.3.23) ship no answers because every candidate function of a question is
+  wrong: the right answer is no call. They are read as queries with an empty
+  gold set ``()``, source = the category, into their own splits
+  ``irrelevant_<split>`` (:data:`IRRELEVANT_PREFIX`), ``<split>`` being the hash
+  split a relevant query with that id would get; the relevant splits are
+  exactly what they were without them. These splits exist only where an
+  irrelevance file does, and the notes count them. Retrieval metrics are
+  undefined on them (:mod:`hyset_jax.evaluation.metrics` refuses an empty gold
+  set): they are there to evaluate abstention.
+- Skipped and counted in ``Dataset.notes``: ``live_relevance`` (16 questions
+  whose candidate lists hold at least one right function, but no answer says
+  which: BFCL only checks that some call is made; so neither a gold set nor
+  "no tool"), categories whose questions carry no function list (multi_turn_*,
+  memory, web_search: their functions live in per-class files and their answers
+  are call strings or plain text), and files that are not question files
+  (format_sensitivity, one JSON document). ``unused_datasets/`` is not read.
 - Query text: the ``content`` of the user messages, joined by newlines (system
   prompts and assistant turns are context, not the request).
 - Tool text (:func:`render_function`): name, description, parameters as JSON
@@ -50,6 +62,11 @@ from hyset_jax.errors import UserError
 _FILE = re.compile(r"^BFCL_v(\d+)_(.+)\.json$")
 _PACKAGE = "bfcl_eval"
 _INSTALL = "pip install --no-deps bfcl-eval"
+
+# Categories whose every candidate function is wrong (BFCL's irrelevance detection): read as
+# no-tool queries. live_relevance is not one: some function is right there, but not named.
+IRRELEVANT_CATEGORIES = ("irrelevance", "live_irrelevance")
+IRRELEVANT_PREFIX = "irrelevant_"
 
 
 def find_data_dir() -> str:
@@ -80,13 +97,20 @@ def load_bfcl(path: str | None = None, name: str = "bfcl") -> Dataset:
   library = LibraryBuilder()
   seen = files.UniqueIds("query")
   queries: list[Query] = []
+  irrelevant: list[Query] = []
+  irrelevant_counts: dict[str, int] = {}
   skipped_unanswered: list[str] = []
   skipped_no_functions: list[str] = []
   skipped_not_questions: list[str] = []
   for category, question_file in categories.items():
     answer_file = os.path.join(data_dir, "possible_answer", os.path.basename(question_file))
     answered = os.path.isfile(answer_file)
-    records = _read_questions(question_file, strict=answered)
+    no_tool = category in IRRELEVANT_CATEGORIES
+    if no_tool and answered:
+      # An answer would contradict "every function is wrong": refuse rather than guess.
+      raise UserError(f"{answer_file}: answers for the irrelevance category {category!r}; "
+                      f"expected none (its questions have no right function)")
+    records = _read_questions(question_file, strict=answered or no_tool)
     if records is None:
       skipped_not_questions.append(category)
       continue
@@ -96,6 +120,11 @@ def load_bfcl(path: str | None = None, name: str = "bfcl") -> Dataset:
         for k, fn in enumerate(files.get_field(record, "function", list,
                                                f"{question_file}:{line}")):
           _add_function(library, fn, f"{question_file}:{line} function[{k}]", category)
+    if no_tool and has_functions:
+      found = _no_tool_queries(question_file, category, records, seen)
+      irrelevant.extend(found)
+      irrelevant_counts[category] = len(found)
+      continue
     if not answered:
       skipped_unanswered.append(category)
       continue
@@ -109,7 +138,18 @@ def load_bfcl(path: str | None = None, name: str = "bfcl") -> Dataset:
     raise UserError(f"{data_dir}: no answered BFCL queries; expected BFCL_v<N>_<category>.json "
                     f"files with answers under possible_answer/")
   tools = library.build()
+  query_splits = splits.hash_split(queries)
+  if irrelevant:
+    # The same id hash as the relevant queries, so the two halves line up split by split.
+    query_splits.update({IRRELEVANT_PREFIX + k: v
+                         for k, v in splits.hash_split(irrelevant).items()})
   notes = [f"data: {data_dir}{_package_version()}"]
+  if irrelevant:
+    per_split = ", ".join(f"{k} {len(v)}" for k, v in query_splits.items()
+                          if k.startswith(IRRELEVANT_PREFIX))
+    notes.append(f"read {len(irrelevant)} no-tool queries (empty gold set) of the irrelevance "
+                 f"categories: " + ", ".join(f"{c} {n}" for c, n in irrelevant_counts.items())
+                 + f"; splits {per_split}")
   if skipped_unanswered:
     notes.append(f"skipped {_plural(len(skipped_unanswered), 'category')} without answers: "
                  f"{', '.join(skipped_unanswered)} (their functions are in the library)")
@@ -127,8 +167,7 @@ def load_bfcl(path: str | None = None, name: str = "bfcl") -> Dataset:
   if missing:
     notes.append(f"{len(missing)} queries have gold functions defined nowhere "
                  f"(e.g. {missing[0]!r})")
-  return Dataset(name=name, tools=tools, splits=splits.hash_split(queries),
-                 notes=tuple(notes))
+  return Dataset(name=name, tools=tools, splits=query_splits, notes=tuple(notes))
 
 
 def _plural(n: int, word: str) -> str:
@@ -263,6 +302,19 @@ def _queries(question_file: str, answer_file: str, category: str,
     raise UserError(f"{answer_file}: {len(extra)} answers name unknown question ids, e.g. "
                     f"{', '.join(extra[:3])}; expected ids from "
                     f"{os.path.basename(question_file)}")
+  return out
+
+
+def _no_tool_queries(question_file: str, category: str,
+                     records: list[tuple[int, dict[str, Any]]],
+                     seen: files.UniqueIds) -> list[Query]:
+  """The questions of an irrelevance category as queries whose gold set is empty."""
+  out: list[Query] = []
+  for line, record in records:
+    where = f"{question_file}:{line}"
+    query_id = files.get_id(record, "id", where)
+    seen.add(query_id, where)  # shared with the relevant queries: ids never collide
+    out.append(Query(id=query_id, text=_user_text(record, where), gold=(), source=category))
   return out
 
 

@@ -4,6 +4,11 @@ The numbers a user checks before training: how big the library and splits
 are, how large the gold sets get (it bounds ``max_set_size``), which tools no
 query ever needs, and which gold tools the library lacks (those queries can
 never be answered completely).
+
+No-tool queries (an empty gold set: BFCL's ``irrelevant_*`` splits) are counted
+per split apart from the rest, and left out of the all-splits size histogram, so
+its shares describe the gold sets there are; each split's own histogram still
+shows them as size 0.
 """
 from __future__ import annotations
 
@@ -23,9 +28,12 @@ def compute_stats(dataset: Dataset) -> dict[str, Any]:
   all_sizes: collections.Counter[int] = collections.Counter()
   sources: dict[str, dict[str, int]] = {}
   missing: list[dict[str, Any]] = []
+  no_tool: dict[str, int] = {}
   for split, queries in dataset.splits.items():
     counter = collections.Counter(len(q.gold) for q in queries)
-    all_sizes.update(counter)
+    if counter[0]:
+      no_tool[split] = counter[0]
+    all_sizes.update({k: v for k, v in counter.items() if k})
     sizes[split] = {str(k): v for k, v in sorted(counter.items())}
     for q in queries:
       used.update(q.gold)
@@ -42,6 +50,7 @@ def compute_stats(dataset: Dataset) -> dict[str, Any]:
       "set_sizes": sizes,
       "set_sizes_all": {str(k): v for k, v in sorted(all_sizes.items())},
       "max_set_size": max(all_sizes, default=0),
+      "no_tool_queries": no_tool,
       "unused_tools": {"count": len(unused), "examples": unused[:_EXAMPLES]},
       "queries_missing_gold": {"count": len(missing), "examples": missing[:_EXAMPLES]},
       "sources": dict(sorted(sources.items())),
@@ -52,11 +61,17 @@ def compute_stats(dataset: Dataset) -> dict[str, Any]:
 def format_stats(stats: dict[str, Any]) -> str:
   """The human-readable report of :func:`compute_stats`."""
   total = sum(stats["queries"].values())
+  no_tool = stats.get("no_tool_queries") or {}
+  n_no_tool = sum(no_tool.values())
   lines = [f"data set: {stats['name']}",
            f"tools: {stats['tools']}",
            f"queries: {total} ("
-           + ", ".join(f"{s} {n}" for s, n in stats["queries"].items()) + ")",
-           "gold set sizes (all splits): " + _histogram(stats["set_sizes_all"], total)]
+           + ", ".join(f"{s} {n}" for s, n in stats["queries"].items()) + ")"]
+  if n_no_tool:
+    lines.append(f"no-tool queries (empty gold set): {n_no_tool} ("
+                 + ", ".join(f"{s} {n}" for s, n in no_tool.items()) + ")")
+  lines.append("gold set sizes (all splits" + (", no-tool queries aside" if n_no_tool else "")
+               + "): " + _histogram(stats["set_sizes_all"], total - n_no_tool))
   for split, hist in stats["set_sizes"].items():
     lines.append(f"  {split}: " + _histogram(hist, stats["queries"][split]))
   unused = stats["unused_tools"]

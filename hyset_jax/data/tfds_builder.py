@@ -31,6 +31,8 @@ What tfds 4.9 needs to work without TensorFlow (checked on 4.9.10):
 - tfds refuses to finalize a split with no examples ("No examples were
   yielded"), so a split without queries is not written; the metadata lists
   every split and :func:`load_prepared` restores the empty ones.
+- An empty ``gold`` (a no-tool query: BFCL's ``irrelevant_*`` splits) is an
+  empty sequence feature and reads back as ``()``: no special case.
 """
 from __future__ import annotations
 

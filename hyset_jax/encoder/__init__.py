@@ -5,7 +5,7 @@
 - :func:`encode_cached`: the same vectors, each text encoded once per model.
 - :mod:`hyset_jax.encoder.bert`: the BERT network and its safetensors loader.
 - :mod:`hyset_jax.encoder.tuning`: trainable views of it (top n blocks, LoRA, full) for
-  :mod:`hyset_jax.finetune`; :mod:`hyset_jax.encoder.layer_cache`: tokenised text sets with
+  :mod:`hyset_jax.training.finetune`; :mod:`hyset_jax.encoder.layer_cache`: tokenised text sets with
   cached lower-block states; :mod:`hyset_jax.encoder.st_export`: a (fine-tuned) encoder
   written as a sentence-transformers directory.
 """

@@ -105,6 +105,6 @@ def save_sentence_transformer(model: BertModel, source: SentenceEncoder, out: st
     # the source model, and the embedding cache would mix both models' names.
     (tmp / "README.md").write_text(
         f"# Fine-tuned {source.name}\n\nA BERT sentence encoder fine-tuned by hyset-jax "
-        f"(hyset_jax.finetune) from {source.name}. Load it with sentence-transformers or "
+        f"(hyset_jax.training.finetune) from {source.name}. Load it with sentence-transformers or "
         "`hyset_jax.encoder.load_encoder(path)`.\n", encoding="utf-8")
   return pathlib.Path(out)

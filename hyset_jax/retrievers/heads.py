@@ -9,7 +9,7 @@ baseline that tells how much HYSET's set terms add over ranking tools one by one
 - ``hidden > 0``: a one-hidden-layer MLP ``gelu(x W1 + b1) W2 + b2``.
 
 Two losses (``loss``): ``"softmax"``, the per-tool softmax cross-entropy over the library
-with the gold tools as targets (:func:`hyset_jax.losses.tool_loss`, the loss HYSET's
+with the gold tools as targets (:func:`hyset_jax.training.losses.tool_loss`, the loss HYSET's
 stage 1 is trained with), and ``"sigmoid"``, one-vs-rest binary cross-entropy on the
 multi-hot gold vector (what a multi-label logistic regression fits). The baseline rows of
 docs/results.md say which one they use and why (measured: benchmarks/results/).
@@ -28,7 +28,7 @@ import numpy as np
 
 from hyset_jax.data.types import Query, ToolLibrary
 from hyset_jax.errors import UserError
-from hyset_jax.metrics import RANK_ONLY_SET_SIZE
+from hyset_jax.evaluation.metrics import RANK_ONLY_SET_SIZE
 from hyset_jax.retrievers.base import Retrieval, check_depth, top_k_ids
 from hyset_jax.retrievers.dense import embed
 
@@ -96,7 +96,7 @@ def _loss_fn(loss: Loss):
   import jax.numpy as jnp
   import optax
 
-  from hyset_jax import losses
+  from hyset_jax.training import losses
 
   def softmax(logits, targets, mask):
     return losses.tool_loss(logits, targets, mask)
@@ -311,7 +311,7 @@ class ToolHeadRetriever:
 
 
 class LexicalHeadRetriever:
-  """A per-tool head with HYSET's lexical term: logits + β · b(x, t) (:mod:`hyset_jax.lexical`),
+  """A per-tool head with HYSET's lexical term: logits + β · b(x, t) (:mod:`hyset_jax.model.lexical`),
   β chosen on validation queries from ``lexical.WEIGHTS`` (0 competes and wins ties) by the mean
   of R@3/5, NDCG@3/5 and COMP@3/5 — the baseline that HYSET with the term is compared with, so
   that the words' gain is not counted as the set term's. Ranks only (its set: the top 5)."""
@@ -326,7 +326,8 @@ class LexicalHeadRetriever:
   @classmethod
   def fit(cls, head: ToolHeadRetriever, index: Any,
           validation: Sequence[Query]) -> LexicalHeadRetriever:
-    from hyset_jax import lexical, metrics
+    from hyset_jax.evaluation import metrics
+    from hyset_jax.model import lexical
     texts = [q.text for q in validation]
     logits, b = head.logits(texts), index.scores(texts)
     gold = [list(q.gold) for q in validation]

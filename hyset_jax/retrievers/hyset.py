@@ -15,18 +15,18 @@ class HysetRetriever:
   """Predicts a tool set per query, and a ranking for the rank metrics.
 
   The ranking orders HYSET's shortlist (``ranking``: see
-  ``hyset_jax.rankings.rank_tools``; the paper's greedy marginal gain by default), so it
+  ``hyset_jax.inference.rankings.rank_tools``; the paper's greedy marginal gain by default), so it
   is at most ``k_pool`` long whatever ``depth`` asks for; the set is the argmax of F over
   the subsets of the shortlist.
 
   Args:
-    params: ``hyset_jax.scoring.HysetParams`` (Z, {M_m}, P).
+    params: ``hyset_jax.model.scoring.HysetParams`` (Z, {M_m}, P).
     tool_ids: the tool ids of Z's rows.
     encoder: the frozen query encoder r(x).
     k1, k_pool, max_size: inference settings (paper: 15, 20, 5); ``max_size``
       defaults to the params' M.
     ranking: a ``hyset_jax.choices.RANKINGS`` name; None: the default ranking.
-    lexical: the tool texts' BM25 index (``hyset_jax.lexical``), needed when the params have
+    lexical: the tool texts' BM25 index (``hyset_jax.model.lexical``), needed when the params have
       the lexical term.
   """
 
@@ -46,16 +46,16 @@ class HysetRetriever:
   def untrained(cls, tools: ToolLibrary, encoder: Any, *, max_set_size: int = 5,
                 **settings: Any) -> HysetRetriever:
     """HYSET at its natural start: Z = tool embeddings, P = I, M_m = 0 (ranks like dense)."""
-    from hyset_jax.model import init_params
+    from hyset_jax.model.parameters import init_params
     z = embed(encoder, tools.texts)
     params = init_params(z, query_dim=z.shape[1], max_set_size=max_set_size)
     return cls(params, tools.ids, encoder, **settings)
 
   def retrieve(self, queries: Sequence[str], depth: int) -> Retrieval:
     check_depth(depth)
-    from hyset_jax.inference import predict_batched
-    from hyset_jax.lexical import query_scores
-    from hyset_jax.query_inputs import QueryInputs
+    from hyset_jax.inference.pipeline import predict_batched
+    from hyset_jax.model.lexical import query_scores
+    from hyset_jax.model.query_inputs import QueryInputs
     x = QueryInputs(embed(self.encoder, queries),
                     query_scores(self.params.lexical_weight, self.lexical, queries))
     out = predict_batched(self.params, x, k1=self.k1, k_pool=self.k_pool,

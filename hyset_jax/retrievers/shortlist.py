@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from hyset_jax import metrics
+from hyset_jax.evaluation import metrics
 from hyset_jax.data.types import Query, ToolLibrary
 from hyset_jax.errors import UserError
 from hyset_jax.retrievers.base import Retrieval, check_depth

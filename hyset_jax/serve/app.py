@@ -41,7 +41,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
-from hyset_jax import filters
+from hyset_jax.inference import filters
 from hyset_jax.serve import policies as policies_lib
 from hyset_jax.serve.batching import MicroBatcher
 from hyset_jax.serve.policies import ToolsFilter

@@ -4,7 +4,7 @@ An update adds tools (an id already in the library is an update: its row is remo
 again with the new definition) and removes others. It re-indexes the running model the way
 ``hyset tools add|remove`` edits a model directory: new rows get the model's frozen tool-encoder
 embedding, normalised (:func:`tool_embedder`, the embedding ``hyset tools add`` computes), and
-:func:`hyset_jax.tooledit.add_tools` / :func:`~hyset_jax.tooledit.remove_tools` make every term
+:func:`hyset_jax.io.tooledit.add_tools` / :func:`~hyset_jax.io.tooledit.remove_tools` make every term
 that refers to tool rows follow (through the term registry). The definitions the server hands
 back follow too.
 
@@ -79,10 +79,10 @@ def run_batch(batch: list[tuple[Sequence[str], Ticket]]) -> list[list[dict]]:
 
 def tool_embedder(model, sentence_encoder=None) -> Callable[[Sequence[str]], np.ndarray] | None:
   """The model's frozen tool encoder, ``texts -> f32[n, d_z]``: what ``hyset tools add`` uses
-  (:func:`hyset_jax.carry.tool_encoder`), on the query encoder the server already holds
+  (:func:`hyset_jax.io.carry.tool_encoder`), on the query encoder the server already holds
   (``sentence_encoder``) when it is the same one: loading it per update costs ~1.5 s on a
   2-core CPU. None when the model names no encoder."""
-  from hyset_jax.carry import tool_encoder
+  from hyset_jax.io.carry import tool_encoder
   return tool_encoder(model, loaded=sentence_encoder)
 
 
@@ -170,10 +170,10 @@ def plan_update(retriever: Retriever, add: Sequence[ToolIn] | None,
 
 
 def edit_model(model, plan: Plan, embeddings: dict[str, np.ndarray]):
-  """``model`` with ``plan`` applied through :mod:`hyset_jax.tooledit`: new tools appended,
+  """``model`` with ``plan`` applied through :mod:`hyset_jax.io.tooledit`: new tools appended,
   updated ones removed and appended again (in chunks that keep the library at ≥ k_pool), then
   the removed ones dropped."""
-  from hyset_jax import tooledit
+  from hyset_jax.io import tooledit
 
   def add(m, ids):
     return tooledit.add_tools(m, ids, np.stack([embeddings[t] for t in ids]),
@@ -205,7 +205,7 @@ def build_successor(retriever: Retriever, plan: Plan, embeddings: dict[str, np.n
   if warm_up:
     successor.warm_up(encoder=False)  # a new library size is a new shape to compile
   if persist is not None:
-    from hyset_jax import modeldir
+    from hyset_jax.io import modeldir
     modeldir.save_model_dir(persist, model, force=True)
   return successor
 

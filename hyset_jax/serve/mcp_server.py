@@ -39,7 +39,7 @@ import dataclasses
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from hyset_jax import filters
+from hyset_jax.inference import filters
 from hyset_jax.serve import policies as policies_lib
 from hyset_jax.serve.batching import MicroBatcher
 from hyset_jax.serve.policies import ToolsFilter

@@ -6,7 +6,7 @@ The file is JSON::
                           "update_tools": false}, ...},
    "default": {"allow": [...], ...}}
 
-Each key's policy is a filter (:mod:`hyset_jax.filters`: ids or ``prefix*``, tags) plus
+Each key's policy is a filter (:mod:`hyset_jax.inference.filters`: ids or ``prefix*``, tags) plus
 ``update_tools`` (may change the catalogue: ``POST /v1/tools``, MCP ``update_tools``; default
 false). ``default`` is the policy of a request without a key; without ``default`` every request
 needs a key. Without a policies file the server has no keys and every request sees every tool
@@ -29,13 +29,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from hyset_jax import filters
+from hyset_jax.inference import filters
 from hyset_jax.errors import UserError
 
 
 class ToolsFilter(BaseModel):
   """A request's ``tools`` field (``/v1/retrieve``, MCP ``search_tools``): the tools it may be
-  answered with (:mod:`hyset_jax.filters`), within its key's policy."""
+  answered with (:mod:`hyset_jax.inference.filters`), within its key's policy."""
   model_config = ConfigDict(extra="forbid")
   allow: list[StrictStr] | None = Field(None, description="tool ids, or 'prefix*'; only these")
   deny: list[StrictStr] | None = Field(None, description="tool ids, or 'prefix*'; never these")

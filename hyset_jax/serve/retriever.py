@@ -5,12 +5,12 @@ request state, so one instance serves any number of connections; its device call
 from one thread at a time (the micro-batcher's), since they share compiled functions.
 
 A prediction row has the fields of ``hyset predict`` — ``set``, ``set_score``, ``ranking``,
-``shortlist`` (tool ids) — computed by :func:`hyset_jax.inference.predict_batched` on the
+``shortlist`` (tool ids) — computed by :func:`hyset_jax.inference.pipeline.predict_batched` on the
 model's own query encoder, from the model prepared once per set-size limit a request asks for
-(:func:`hyset_jax.inference.prepare`: P Zᵀ, Z M_m and the neighbour table), plus ``tools``: the
+(:func:`hyset_jax.inference.pipeline.prepare`: P Zᵀ, Z M_m and the neighbour table), plus ``tools``: the
 definitions of the set's members (:func:`hyset_jax.data.tooltext.definition`).
 
-A request may carry a tool filter (:mod:`hyset_jax.filters`, intersected with its API key's
+A request may carry a tool filter (:mod:`hyset_jax.inference.filters`, intersected with its API key's
 policy): ``Options.allowed`` holds its mask, inference masks the other tools before the
 shortlist, and the slots they fill when fewer than K_pool tools are allowed are left out of
 ``ranking`` and ``shortlist``.
@@ -24,13 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from hyset_jax import choices, filters, inference, terms
-from hyset_jax.query_inputs import QueryInputs
+from hyset_jax import choices
+from hyset_jax.inference import filters, pipeline
+from hyset_jax.model import terms
+from hyset_jax.model.query_inputs import QueryInputs
 from hyset_jax.data.tooltext import definition
 from hyset_jax.errors import UserError
 
 # The values of the ``ranking`` request field (the model's recorded ranking is the default).
-RANKINGS: tuple[str, ...] = tuple(inference.RANKINGS)
+RANKINGS: tuple[str, ...] = tuple(pipeline.RANKINGS)
 # Encoder rows per forward pass in a server (see load_retriever), and the longest query length
 # (tokens) compiled at start-up; longer queries compile on first sight.
 ENCODER_ROWS = 8
@@ -109,7 +111,7 @@ class Retriever:
   """Text queries in, prediction rows out, for one model directory.
 
   Args:
-    model: a loaded model directory (:func:`hyset_jax.modeldir.load_model_dir`).
+    model: a loaded model directory (:func:`hyset_jax.io.modeldir.load_model_dir`).
     encode: texts -> f32[n, d_r], the model's query encoder.
     warm_texts: texts whose encoding compiles the encoder shapes requests will use.
     definitions: one tool definition per model tool, in row order.
@@ -144,7 +146,7 @@ class Retriever:
     self.cache_dir = cache_dir
     self.sentence_encoder = sentence_encoder
     self.tags = dict(tags or {})
-    self._prepared: dict[int, inference.PreparedModel] = {}
+    self._prepared: dict[int, pipeline.PreparedModel] = {}
     self._filter_index: filters.FilterIndex | None = None
 
   @property
@@ -209,7 +211,7 @@ class Retriever:
                                   f"got {ranking!r}")
     return Options(max_size, k_pool, ranking)
 
-  def prepared(self, max_size: int) -> inference.PreparedModel:
+  def prepared(self, max_size: int) -> pipeline.PreparedModel:
     """The model prepared for set size ``max_size`` (built on first use, then kept).
 
     The per-model products and the neighbour table are not recomputed per request: at
@@ -218,7 +220,7 @@ class Retriever:
     scans every tool instead (same answer). No lock: like every device call here it runs on
     the micro-batcher's one thread (or before serving starts, in warm_up)."""
     if max_size not in self._prepared:
-      self._prepared[max_size] = inference.prepare(
+      self._prepared[max_size] = pipeline.prepare(
           self.model.params, max_size=max_size, k_pool=self.model.k_pool,
           cache_dir=self.cache_dir)
     return self._prepared[max_size]
@@ -246,7 +248,7 @@ class Retriever:
       lexical = np.concatenate([lexical, np.zeros((pad, self.num_tools), np.float32)])
     if allowed is not None:
       allowed = np.concatenate([allowed, np.ones((pad, self.num_tools), bool)])
-    pred = inference.predict_batched(self.prepared(options.max_size),
+    pred = pipeline.predict_batched(self.prepared(options.max_size),
                                      QueryInputs(emb, lexical, allowed), k1=self.model.k1,
                                      k_pool=options.k_pool, max_size=options.max_size,
                                      batch_size=bucket, method=self.method,
@@ -321,8 +323,9 @@ def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *,
                    method: str = choices.DEFAULT_METHOD,
                    max_batch: int = 64, log=lambda msg: print(msg, file=sys.stderr)) -> Retriever:
   """A Retriever for a model directory (or `hyset train` workdir) and its query encoder."""
-  from hyset_jax import modeldir, neighbors
-  from hyset_jax.modeldir import best_model_dir, data_spec
+  from hyset_jax.inference import neighbors
+  from hyset_jax.io import modeldir
+  from hyset_jax.io.modeldir import best_model_dir, data_spec
   from hyset_jax.encoder import load_encoder
 
   source = best_model_dir(model_path)

@@ -1,0 +1,502 @@
+"""Two-stage set-level inference (paper Eq. 12-14; docs/model.md, docs/speed.md).
+
+Stage 1 scores every tool by ℓ(x, t) and keeps the top K1 (S0). Complementarity expansion adds
+the K_pool − K1 other tools with the largest g(t) = max_{i∈S0} z_tᵀ M_M z_i (Eq. 13). Stage 2
+scores every subset of the shortlist S of size 1..M and returns the argmax (Eq. 14). A second
+output ranks the shortlist's tools for Recall/NDCG/COMP@K, by one of the methods of
+:func:`rank_tools` (names in :data:`hyset_jax.choices.RANKINGS`).
+
+Shortlist order (the ``shortlist`` of ``hyset predict``): S0 by descending ℓ, then the expansion
+tools by descending g, ties in g by descending ℓ. Remaining ties go to the lower tool row; the
+greedy steps break ties towards the earlier shortlist position.
+
+Two paths compute the same outputs:
+
+- :func:`predict` (from θ): stage 1 and the expansion scan every tool, G_m is built per query
+  from Z_S and M_m (K·d² per size). The reference, and what the StableHLO export traces.
+- :func:`predict_prepared` (from a :class:`PreparedModel`, built once per model by
+  :func:`prepare`): stage 1 is one [Q, d_r]×[d_r, N] product with P already applied to Z, G_m
+  gathers rows of the precomputed Z M_m (K²·d per size), and the expansion reads the
+  neighbour table of :mod:`hyset_jax.inference.neighbors` (O(K1·K_pool) per query, exact; a batch with
+  a boundary tie is scanned in full). :func:`predict_batched` (``hyset predict``) uses it.
+
+Both run stage 2 as :func:`enumeration.best_subset` (the argmax without the [Q, n] scores).
+
+Filters (``QueryInputs.allowed``, bool[Q, N]; :mod:`hyset_jax.inference.masks`): a disallowed tool's ℓ is
+-inf for the top K1 and its g the lowest finite value in the expansion, so the shortlist holds
+the allowed tools the unfiltered rules pick from the allowed library (disallowed ones only in
+its tail when fewer than K_pool are allowed); stage 2 scores any set holding one far below every
+all-allowed set, and every output slot one occupies reads -1. With a mask the expansion scans
+every tool (the neighbour table cannot know it); without one nothing of this is traced.
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from hyset_jax import choices
+from hyset_jax.inference import backends, enumeration, masks, neighbors
+from hyset_jax.model import query_inputs, scoring, set_prior
+from hyset_jax.training import sharding
+from hyset_jax.inference.rankings import rank_tools
+from hyset_jax.model.query_inputs import QueryInputs
+from hyset_jax.model.scoring import HysetParams
+
+Ranking = choices.Ranking
+# Ranking methods for Recall/NDCG/COMP@K (the delivered set is the exact argmax of Eq. 14 for
+# every one of them); the names live in hyset_jax.choices. DEFAULT_RANKING is used when
+# neither the caller nor the model directory names one.
+RANKINGS = choices.RANKINGS
+DEFAULT_RANKING: Ranking = choices.DEFAULT_RANKING
+# The expansion's g and tie key of a disallowed tool: finite, so it stays above S0's -inf.
+_LOWEST = float(np.finfo(np.float32).min)
+# A disallowed slot's tool row as the seen-set prior sees it: no seen set (rows ≥ 0, padding
+# -1) contains it, so a seen set holding a disallowed tool is never inside the shortlist.
+_NO_ROW = -2
+
+
+class Shortlist(NamedTuple):
+  """tools: int32[Q, K_pool] tool rows in shortlist order; logits: f32[Q, K_pool] their ℓ."""
+  tools: jax.Array
+  logits: jax.Array
+
+
+def shortlist(params: HysetParams, x: QueryInputs | jax.Array, k1: int, k_pool: int,
+              max_size: int) -> Shortlist:
+  """Stage 1 and complementarity expansion (Eq. 12-13).
+
+  Args:
+    params: θ.
+    x: the queries (:class:`QueryInputs`; an f32[Q, d_r] array is the embedding alone). With
+      the lexical term, ℓ' = ℓ + β·b replaces ℓ from here on (:func:`scoring.with_lexical`).
+    k1: |S0|.
+    k_pool: |S|.
+    max_size: M; the expansion uses M_M.
+
+  Returns:
+    Shortlist of K_pool tools per query.
+  """
+  x = query_inputs.of(x)
+  z = params.tool_embeddings
+  logits = masks.mask_logits(scoring.with_lexical(params, scoring.query_logits(params, x.embedding),
+                                        x.lexical_scores), x.allowed)
+  s0 = sharding.top_k(logits, k1)[1]              # [Q, K1]; per tools shard under a mesh
+  keyed = z[s0] @ params.interactions[max_size - 2]                      # [Q, K1, d]
+  extra = _expand_scan(z, keyed, logits, s0, k_pool - k1, x.allowed)
+  tools = jnp.concatenate([s0, extra], axis=1).astype(jnp.int32)
+  return Shortlist(tools, jnp.take_along_axis(logits, tools, axis=1))
+
+
+def _expand_scan(z: jax.Array, keyed: jax.Array, logits: jax.Array, s0: jax.Array,
+                 n_ext: int, allowed: jax.Array | None = None) -> jax.Array:
+  """Eq. 13 over every tool: int32[Q, n_ext] from Z f32[N, d], keyed = Z_S0 M_M f32[Q, K1, d],
+  ℓ f32[Q, N], S0 int32[Q, K1] and the filter ``allowed`` bool[Q, N] (None: every tool)."""
+  g = jnp.max(jnp.einsum("nd,qkd->qnk", z, keyed), axis=-1)              # [Q, N]
+  if allowed is not None:
+    # Below every allowed tool and above S0's -inf (in g and in the tie key): when fewer
+    # tools are allowed than the expansion needs, disallowed ones fill it by row, never S0.
+    g = jnp.where(allowed, g, _LOWEST)
+    logits = jnp.where(allowed, logits, _LOWEST)
+  in_s0 = jnp.zeros(g.shape, bool).at[jnp.arange(g.shape[0])[:, None], s0].set(True)
+  g = jnp.where(in_s0, -jnp.inf, g)
+  # Order the expansion by g, ties by ℓ (then by row). With M_M = 0 every g ties, so the
+  # untrained model's shortlist is exactly the top K_pool by ℓ: the dense retriever.
+  threshold = jax.lax.top_k(g, n_ext)[0][:, -1:]
+  key = jnp.where(g > threshold, jnp.inf, jnp.where(g == threshold, logits, -jnp.inf))
+  cand = jax.lax.top_k(key, n_ext)[1]                                    # [Q, K_pool - K1]
+  cand_g = jnp.take_along_axis(g, cand, axis=1)
+  cand_l = jnp.take_along_axis(logits, cand, axis=1)
+  return jax.lax.sort((-cand_g, -cand_l, cand), dimension=1, num_keys=3)[2].astype(jnp.int32)
+
+
+class Prediction(NamedTuple):
+  """Outputs for a batch of queries; tool fields are rows of the tool library.
+
+  Attributes:
+    shortlist: int32[Q, K_pool] in shortlist order.
+    set_tools: int32[Q, M] the best set, members in ascending shortlist position, padded with -1.
+    set_size: int32[Q].
+    set_score: f32[Q].
+    ranking: int32[Q, K_pool] the shortlist ranked by the chosen method (:func:`rank_tools`).
+  """
+  shortlist: jax.Array
+  set_tools: jax.Array
+  set_size: jax.Array
+  set_score: jax.Array
+  ranking: jax.Array
+
+
+class Reranked(NamedTuple):
+  """Stage 2 and the ranking from a shortlist: the fields of :class:`Prediction` after
+  ``shortlist``, with the same shapes and meaning."""
+  set_tools: jax.Array
+  set_size: jax.Array
+  set_score: jax.Array
+  ranking: jax.Array
+
+
+def _stage2(sl: Shortlist, pairs: jax.Array, *, k_pool: int, max_size: int,
+            backend: backends.Backend, rankings: tuple[Ranking, ...],
+            prior: scoring.SetPrior | None = None,
+            query_emb: jax.Array | None = None,
+            allowed: jax.Array | None = None) -> tuple[Reranked, ...]:
+  """Stage 2 once and the shortlist ranked by each of ``rankings`` (the set fields shared).
+
+  With a seen-set ``prior`` (which reads ``query_emb``), Ê is the argmax of F' = F + the
+  prior's bonus: the enumeration's argmax of F unless a seen set beats it
+  (:func:`set_prior.seen_sets`). ``allowed``: bool[Q, K_pool], the shortlist slots a filter
+  allows (None: all); the others are penalised (:func:`masks.penalise`) and read -1 in rankings.
+  """
+  tools = sl.tools
+  if allowed is not None:
+    logits, pairs = masks.penalise(sl.logits, pairs, allowed, max_size)
+    sl = Shortlist(sl.tools, logits)
+    tools = jnp.where(allowed, sl.tools, _NO_ROW)  # the prior sees no set holding one
+  table = enumeration.subset_table(k_pool, max_size)
+  best = enumeration.best_subset(sl.logits, pairs, table, backend.name)
+  # Members in ascending shortlist position, padding (K_pool) last.
+  pos = jnp.sort(jnp.where(best.mask[:, 0], best.positions[:, 0], k_pool), axis=1)
+  score, seen = best.scores[:, 0], None
+  if prior is not None:
+    seen = set_prior.seen_sets(prior, query_emb, tools, sl.logits, pairs, score, max_size)
+    pos = jnp.where(seen.wins[:, None], seen.positions, pos)
+    score = jnp.where(seen.wins, seen.score, score)
+  valid = pos < k_pool
+  set_tools = jnp.where(valid, jnp.take_along_axis(sl.tools, jnp.minimum(pos, k_pool - 1), 1), -1)
+  set_tools, set_size = set_tools.astype(jnp.int32), jnp.sum(valid, 1).astype(jnp.int32)
+  return tuple(Reranked(set_tools, set_size, score,
+                        _rows(sl.tools, rank_tools(sl.logits, pairs, pos, r, max_size, backend,
+                                                   seen, allowed), allowed))
+               for r in rankings)
+
+
+def _rows(tools: jax.Array, order: jax.Array, allowed: jax.Array | None) -> jax.Array:
+  """Tool rows int32[Q, K] of shortlist positions ``order``; -1 at disallowed slots."""
+  rows = jnp.take_along_axis(tools, order, axis=1)
+  if allowed is not None:
+    rows = jnp.where(jnp.take_along_axis(allowed, order, axis=1), rows, -1)
+  return rows.astype(jnp.int32)
+
+
+def _slots(x: QueryInputs, tools: jax.Array) -> jax.Array | None:
+  """bool[Q, K]: which shortlist slots ``x.allowed`` allows (None without a filter)."""
+  return None if x.allowed is None else jnp.take_along_axis(x.allowed, tools, axis=1)
+
+
+def rerank(params: HysetParams, x: QueryInputs | jax.Array, sl: Shortlist, *, k_pool: int,
+           max_size: int, method: enumeration.Method = enumeration.DEFAULT_METHOD,
+           ranking: Ranking | None = None) -> Reranked:
+  """Stage 2 (Eq. 14) and the tool ranking, from a shortlist.
+
+  Args:
+    params: θ; ``params.interactions`` must hold at least M − 1 matrices.
+    x: the queries (the query-conditioned set term and the prior read the embedding).
+    sl: the shortlist of :func:`shortlist`.
+    k_pool, max_size: K_pool, M.
+    method: the enumeration implementation.
+    ranking: a :data:`hyset_jax.choices.RANKINGS` name; None: :data:`DEFAULT_RANKING`.
+
+  Returns:
+    Reranked.
+  """
+  x = query_inputs.of(x)
+  emb = x.embedding
+  pairs = scoring.shortlist_pairs(truncate(params, max_size), emb, sl.tools)
+  return _stage2(sl, pairs, k_pool=k_pool, max_size=max_size,
+                 backend=backends.get(method, k_pool, max_size),
+                 rankings=(DEFAULT_RANKING if ranking is None else ranking,),
+                 prior=params.prior, query_emb=emb, allowed=_slots(x, sl.tools))[0]
+
+
+def _prediction(sl: Shortlist, r: Reranked, allowed: jax.Array | None = None) -> Prediction:
+  shortlist_rows = sl.tools if allowed is None else jnp.where(allowed, sl.tools, -1)
+  return Prediction(shortlist=shortlist_rows, set_tools=r.set_tools, set_size=r.set_size,
+                    set_score=r.set_score, ranking=r.ranking)
+
+
+@functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "ranking"))
+def predict(params: HysetParams, x: QueryInputs | jax.Array, *, k1: int, k_pool: int,
+            max_size: int, method: enumeration.Method = enumeration.DEFAULT_METHOD,
+            ranking: Ranking | None = None) -> Prediction:
+  """The full two-stage path for a batch of queries: :func:`shortlist`, then :func:`rerank`.
+
+  Args:
+    params: θ; ``params.interactions`` must hold at least M − 1 matrices (M_2..M_M are used).
+    x: the queries (:class:`QueryInputs`, or the f32[Q, d_r] embedding alone).
+    k1, k_pool, max_size: K1, K_pool, M (validate with :func:`enumeration.validate_sizes`).
+    method: the enumeration implementation.
+    ranking: a :data:`hyset_jax.choices.RANKINGS` name; None means the model's default, which
+      for bare θ is :data:`DEFAULT_RANKING`.
+
+  Returns:
+    Prediction.
+  """
+  params = truncate(params, max_size)
+  x = query_inputs.of(x)
+  sl = shortlist(params, x, k1, k_pool, max_size)
+  return _prediction(sl, rerank(params, x, sl, k_pool=k_pool, max_size=max_size,
+                                method=method, ranking=ranking), _slots(x, sl.tools))
+
+
+def truncate(params: HysetParams, max_size: int) -> HysetParams:
+  """θ for sets of at most ``max_size`` tools (M_2..M_max_size and their conditioned terms)."""
+  qi = params.conditioned
+  if qi is not None:
+    qi = type(qi)(*(a[:max_size - 1] for a in qi))
+  return params._replace(interactions=params.interactions[:max_size - 1], conditioned=qi)
+
+
+# ---------------------------------------------------------------------------------------------
+# The prepared model: per-model products computed once.
+
+
+class PreparedModel(NamedTuple):
+  """θ with the products every query needs, computed once per model (:func:`prepare`).
+
+  Attributes:
+    params: θ with M_2..M_M (M − 1 interaction matrices), :func:`truncate`.
+    logit_weights: f32[d_r, N] = (Z Pᵀ)ᵀ: stage 1 is q(r) @ logit_weights, q the query tower.
+    keyed: f32[N, M − 1, d_z], row t holds z_tᵀ M_m for m = 2..M (tool-major, so a shortlist's
+      rows are one contiguous gather): G_m of a shortlist is a gather and a K²·d product.
+    neighbors: the Eq. 13 neighbour table under M_M, or None (the expansion scans every tool).
+  """
+  params: HysetParams
+  logit_weights: jax.Array
+  keyed: jax.Array
+  neighbors: neighbors.NeighborTable | None
+
+  @property
+  def max_size(self) -> int:
+    return int(self.keyed.shape[1]) + 1
+
+
+@jax.jit
+def _products(params: HysetParams) -> tuple[jax.Array, jax.Array]:
+  z = params.tool_embeddings
+  return (z @ params.projection.T).T, jnp.einsum("nd,mde->nme", z, params.interactions)
+
+
+def prepare(params: HysetParams, *, max_size: int, k_pool: int | None = None,
+            neighbor_table: bool = True, cache_dir=None, progress: bool = False) -> PreparedModel:
+  """Precompute what :func:`predict_prepared` needs for one model.
+
+  Args:
+    params: θ with at least M − 1 interaction matrices.
+    max_size: M (the expansion uses M_M; predict_prepared must use the same M).
+    k_pool: the largest K_pool the neighbour table must serve (width
+      :func:`neighbors.width_for`); required when ``neighbor_table``.
+    neighbor_table: build (or load) the neighbour table; False: scan every tool instead.
+    cache_dir: where the table is cached by a hash of Z and M_M (None: not cached); see
+      :func:`neighbors.cache_dir_beside` for a model directory's place.
+    progress: show a progress bar while the table is built.
+
+  Returns:
+    PreparedModel (device arrays).
+  """
+  params = truncate(jax.device_put(params), max_size)
+  logit_weights, keyed = _products(params)
+  table = None
+  if neighbor_table:
+    if k_pool is None:
+      raise ValueError("prepare(neighbor_table=True) needs k_pool")
+    width = neighbors.width_for(k_pool, int(params.tool_embeddings.shape[0]))
+    table = neighbors.load_or_build(keyed[:, max_size - 2], params.tool_embeddings,
+                                    params.interactions[max_size - 2], width, cache_dir,
+                                    progress=progress)
+    table = neighbors.NeighborTable(*jax.device_put(tuple(table)))
+  return PreparedModel(params, logit_weights, keyed, table)
+
+
+def _query_side(params: HysetParams, query_emb: jax.Array) -> jax.Array:
+  """f32[Q, d_r]: the query-side vector multiplied into P Zᵀ — the query tower's output."""
+  return scoring.query_tower(params.tower, query_emb)
+
+
+def stage1_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int
+                    ) -> tuple[jax.Array, jax.Array]:
+  """Stage 1 from a prepared model: (ℓ f32[Q, N], the K1 tools of largest ℓ int32[Q, K1]);
+  ℓ' with the lexical term (:func:`scoring.with_lexical`), -inf for a tool ``x.allowed`` rules
+  out."""
+  x = query_inputs.of(x)
+  logits = masks.mask_logits(scoring.with_lexical(
+      prep.params, _query_side(prep.params, x.embedding) @ prep.logit_weights,
+      x.lexical_scores), x.allowed)
+  return logits, jax.lax.top_k(logits, k1)[1]
+
+
+SCAN_CHUNK = 8  # queries per chunk of the expansion's full-scan fallback
+
+
+def shortlist_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int, k_pool: int,
+                       method: enumeration.Method | backends.Backend = enumeration.DEFAULT_METHOD
+                       ) -> Shortlist:
+  """:func:`shortlist` from a prepared model: the same tools in the same order.
+
+  The neighbour table answers the expansion when it is wide enough (W ≥ K_pool − 1); a batch
+  in which some query has a boundary tie (:func:`neighbors.expand`) is scanned in full for
+  those queries, so the answer is always the full scan's. The backend's ``expand`` kernel
+  reads the table where it has one (native: :func:`hyset_jax.inference.native.expand`, the same
+  answers); JAX otherwise. With a filter (``x.allowed``) the expansion always scans every
+  tool: the table's neighbours are the unfiltered ones.
+  """
+  x = query_inputs.of(x)
+  logits, s0 = stage1_prepared(prep, x, k1)
+  n_ext = k_pool - k1
+  z = prep.params.tool_embeddings
+
+  def scan():
+    # In chunks of queries: the branch's temporaries ([Q, N] several times over) would be
+    # allocated on every call, taken or not (measured at N = 13,860, batch 256: 57 MB against
+    # 14 MB without the branch, 6-8 ms of page faults per call).
+    if x.allowed is not None:
+      return enumeration.map_query_chunks(
+          lambda keyed, lg, s, a: _expand_scan(z, keyed, lg, s, n_ext, a), SCAN_CHUNK,
+          prep.keyed[s0, -1], logits, s0, x.allowed)
+    return enumeration.map_query_chunks(
+        lambda keyed, lg, s: _expand_scan(z, keyed, lg, s, n_ext), SCAN_CHUNK,
+        prep.keyed[s0, -1], logits, s0)
+
+  table = prep.neighbors
+  if table is None or table.ids.shape[1] < k_pool - 1 or x.allowed is not None:
+    extra = scan()
+  else:
+    expand = backends.get(method, k_pool).expand or neighbors.expand
+    exp = expand(table, logits, s0, n_ext)
+    extra = jax.lax.cond(jnp.any(exp.tie),
+                         lambda: jnp.where(exp.tie[:, None], scan(), exp.extra),
+                         lambda: exp.extra)
+  tools = jnp.concatenate([s0, extra], axis=1).astype(jnp.int32)
+  return Shortlist(tools, jnp.take_along_axis(logits, tools, axis=1))
+
+
+PAIRS_CHUNK = 8  # queries per chunk of pair_matrices_prepared
+
+
+def pair_matrices_prepared(prep: PreparedModel, x: QueryInputs | jax.Array | None,
+                           tools: jax.Array,
+                           method: enumeration.Method | backends.Backend
+                           = enumeration.DEFAULT_METHOD) -> jax.Array:
+  """G_m of each shortlist, f32[Q, M−1, K, K], from the precomputed Z M_m (K²·d per size).
+
+  A model with the query-conditioned set term (``params.conditioned``) uses
+  :func:`scoring.shortlist_pairs` instead: that term is per query, nothing to precompute.
+  The backend's ``pair_matrices`` kernel computes G_m where it has one (native:
+  :func:`hyset_jax.inference.native.pair_matrices`, the upper triangle, mirrored); JAX otherwise.
+  """
+  if prep.params.conditioned is not None:
+    return scoring.shortlist_pairs(prep.params, query_inputs.of(x).embedding, tools)
+  kernel = backends.get(method, tools.shape[1]).pair_matrices
+  if kernel is not None:
+    return kernel(prep.keyed, prep.params.tool_embeddings, tools)
+  def chunk(t):
+    q, k = t.shape
+    keyed = prep.keyed[t].reshape(q, -1, prep.keyed.shape[-1])            # [q, K·(M−1), d]
+    g = jnp.einsum("qad,qjd->qaj", keyed, prep.params.tool_embeddings[t])
+    return g.reshape(q, k, -1, k).transpose(0, 2, 1, 3)                  # [q, M−1, K, K]
+  # The gathered rows are 245 KB per query at d = 768, M = 5: in chunks of 8 queries they
+  # stay in cache (measured, batch 256: 4x faster than one [Q, K·(M−1), d] gather).
+  return enumeration.map_query_chunks(chunk, PAIRS_CHUNK, tools)
+
+
+def _predict_prepared(prep: PreparedModel, x: QueryInputs, k1: int, k_pool: int,
+                      max_size: int, method: enumeration.Method,
+                      rankings: tuple[Ranking, ...]) -> tuple[Prediction, ...]:
+  if max_size != prep.max_size:
+    raise ValueError(f"the model was prepared for max_size {prep.max_size}, not {max_size}")
+  backend = backends.get(method, k_pool, max_size)  # once, for every step
+  x = query_inputs.of(x)
+  sl = shortlist_prepared(prep, x, k1, k_pool, backend)
+  pairs = pair_matrices_prepared(prep, x, sl.tools, backend)
+  allowed = _slots(x, sl.tools)
+  return tuple(_prediction(sl, r, allowed)
+               for r in _stage2(sl, pairs, k_pool=k_pool, max_size=max_size, backend=backend,
+                                rankings=rankings, prior=prep.params.prior,
+                                query_emb=x.embedding, allowed=allowed))
+
+
+@functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "ranking"))
+def predict_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, *, k1: int, k_pool: int,
+                     max_size: int, method: enumeration.Method = enumeration.DEFAULT_METHOD,
+                     ranking: Ranking | None = None) -> Prediction:
+  """:func:`predict` from a prepared model (same outputs; see the module docstring).
+
+  ``max_size`` must be the M the model was prepared for (its expansion uses M_M).
+  """
+  return _predict_prepared(prep, x, k1, k_pool, max_size, method,
+                           (DEFAULT_RANKING if ranking is None else ranking,))[0]
+
+
+@functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "rankings"))
+def predict_prepared_rankings(prep: PreparedModel, x: QueryInputs | jax.Array, *, k1: int,
+                              k_pool: int, max_size: int, rankings: tuple[Ranking, ...],
+                              method: enumeration.Method = enumeration.DEFAULT_METHOD
+                              ) -> tuple[Prediction, ...]:
+  """:func:`predict_prepared` for several ranking methods in one program: stage 1, the
+  expansion and stage 2 run once, and the i-th Prediction ranks by ``rankings[i]`` (the other
+  fields are the same in all). What choosing a ranking on validation data runs."""
+  return _predict_prepared(prep, x, k1, k_pool, max_size, method, rankings)
+
+
+def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndarray, *, k1: int,
+                    k_pool: int, max_size: int, batch_size: int = 256,
+                    method: enumeration.Method = enumeration.DEFAULT_METHOD,
+                    ranking: Ranking | None = None, progress: bool = False,
+                    neighbor_table: bool | None = None,
+                    rankings: tuple[Ranking, ...] | None = None
+                    ) -> Prediction | tuple[Prediction, ...]:
+  """:func:`predict_prepared` over any number of queries in fixed-size chunks (one compilation
+  of :func:`predict_prepared_rankings`, which the single-ranking case runs with one name).
+
+  Args:
+    model: θ (prepared here) or a :class:`PreparedModel` (prepared with this ``max_size``).
+    x: the queries (:class:`QueryInputs` with what the model's terms need, e.g. the lexical
+      scores; an f32[Q, d_r] array is the embedding alone). ValueError when a term's input is
+      missing.
+    k1, k_pool, max_size, method, ranking: as :func:`predict`.
+    batch_size: queries per call; the last chunk is padded so every call has the same shape.
+    progress: show a progress bar.
+    neighbor_table: when ``model`` is θ, whether to build the neighbour table; None: when it
+      pays for itself here (Q·K1 ≥ N: the table costs N²·d, a full scan N·K1·d per query).
+    rankings: instead of ``ranking``, several methods at once
+      (:func:`predict_prepared_rankings`: one stage 2 for all of them).
+
+  Returns:
+    Prediction of NumPy arrays; with ``rankings``, one per method, in that order.
+  """
+  if rankings is not None and ranking is not None:
+    raise ValueError("predict_batched takes ranking or rankings, not both")
+  names = tuple(rankings) if rankings is not None else (ranking or DEFAULT_RANKING,)
+  params = model.params if isinstance(model, PreparedModel) else model
+  num_tools = int(params.tool_embeddings.shape[0])
+  enumeration.validate_sizes(k_pool, max_size, k1=k1, num_tools=num_tools)
+  x = query_inputs.check(query_inputs.of(x), params)
+  n = x.num_queries
+  if not isinstance(model, PreparedModel):
+    if neighbor_table is None:
+      neighbor_table = n * k1 >= num_tools
+    model = prepare(model, max_size=max_size, k_pool=k_pool, neighbor_table=neighbor_table)
+  batch_size = max(1, min(batch_size, n))
+  chunks = []
+  starts = range(0, n, batch_size)
+  if progress:
+    from tqdm import tqdm
+    starts = tqdm(starts, desc="predict", unit="batch")
+  for start in starts:
+    pad = batch_size - min(batch_size, n - start)
+
+    def rows(a, start=start, pad=pad):  # this chunk's rows, padded to batch_size
+      a = np.asarray(a[start:start + batch_size])
+      # A filter's padding rows allow every tool (a row with none would be undefined).
+      dtype, fill = (bool, True) if a.dtype == bool else (np.float32, 0)
+      a = a.astype(dtype)
+      return np.concatenate([a, np.full((pad,) + a.shape[1:], fill, dtype)]) if pad else a
+    out = predict_prepared_rankings(model, jax.tree.map(rows, x), k1=k1, k_pool=k_pool,
+                                    max_size=max_size, method=method, rankings=names)
+    chunks.append(jax.tree.map(lambda a, m=batch_size - pad: np.asarray(a)[:m], out))
+  preds = tuple(Prediction(*(np.concatenate(parts) for parts in zip(*(c[i] for c in chunks))))
+                for i in range(len(names)))
+  return preds[0] if rankings is None else preds

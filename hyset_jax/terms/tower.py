@@ -1,9 +1,0 @@
-"""The query tower q(r) in front of P: a residual ReLU MLP (not in the paper; depth 0 = off).
-
-The maths is :func:`hyset_jax.scoring.query_tower`; it acts on the query side only, so it never
-refers to tool rows.
-"""
-from hyset_jax.scoring import QueryTower
-from hyset_jax.terms.base import Term
-
-TERM = Term(name="tower", acts_on="query", container=QueryTower)

@@ -1,0 +1,217 @@
+"""What one training step costs each device, known before training: ``hyset train --dry-run``.
+
+The train step is lowered from shapes alone and compiled ahead of time for the configured mesh
+(``jax.jit(step).lower(state, batch).compile()``, as MaxText's ``train_compile.py`` does): the
+train state and the batch are ``jax.ShapeDtypeStruct``s carrying the shardings a real run uses
+(hyset_jax.training.sharding: Z and its optimiser state on ``tools``, batch rows on ``data``). The
+compiled executable's ``memory_analysis()`` gives the per-device argument, output and temporary
+bytes and ``cost_analysis()`` the FLOPs of one step; parameters, optimiser state and the batch
+are split out of the argument bytes from their shard shapes.
+
+The shapes come from the data set's tool count and the encoder's width (its config.json); no
+text is encoded and no embedding is read. A real start (hyset_jax.training.train) compiles the same way,
+logs the same numbers and writes them as ``metrics.jsonl``'s header record (step -1).
+
+Compiling for other hardware than this machine's: the mesh is built over whatever devices JAX
+has, so ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` (or ``--devices N`` on the CLI)
+compiles for N CPU devices; a TPU slice's topology (``--topology tpu:v5e:4x4``) compiles on any
+machine through ``jax.experimental.topologies`` once the TPU runtime (``pip install libtpu``)
+is installed (docs/sharding.md says what was tried).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+
+import jax
+import jax.numpy as jnp
+
+from hyset_jax.training import batches, sharding
+from hyset_jax import config as config_lib
+from hyset_jax.errors import UserError
+
+log = logging.getLogger("hyset_jax.training.train")
+
+GIB = 2 ** 30
+
+
+@dataclasses.dataclass(frozen=True)
+class StepReport:
+  """One train step's per-device cost on a mesh (bytes are per device).
+
+  ``parameters`` + ``optimizer_state`` + ``batch`` = ``arguments`` (what the step is given);
+  ``temporaries`` is XLA's scratch; the state is donated, so its outputs alias its inputs and
+  ``total`` = arguments + outputs − aliased + temporaries + generated code.
+  """
+  mesh: dict[str, int]
+  platform: str
+  device_kind: str
+  num_tools: int
+  tool_dim: int
+  query_dim: int
+  batch_size: int
+  parameters: int
+  optimizer_state: int
+  batch: int
+  arguments: int
+  outputs: int
+  aliased: int
+  temporaries: int
+  generated_code: int
+  flops_per_device: float
+
+  @property
+  def total(self) -> int:
+    return self.arguments + self.outputs - self.aliased + self.temporaries + self.generated_code
+
+  def to_json(self) -> dict:
+    return dict(dataclasses.asdict(self), total=self.total)
+
+  def lines(self) -> list[str]:
+    d, t = self.mesh[sharding.DATA_AXIS], self.mesh[sharding.TOOLS_AXIS]
+    gib = lambda b: f"{b / GIB:9.3f} GiB" if b >= GIB else f"{b / 2 ** 20:9.3f} MiB"  # noqa: E731
+    return [
+        f"mesh: data={d} x tools={t} = {d * t} {self.platform} device(s) ({self.device_kind})",
+        f"library: N={self.num_tools} tools, d_z={self.tool_dim}, d_r={self.query_dim}; "
+        f"global batch {self.batch_size}",
+        "per-device memory:",
+        f"  parameters       {gib(self.parameters)}",
+        f"  optimiser state  {gib(self.optimizer_state)}",
+        f"  batch            {gib(self.batch)}",
+        f"  temporaries      {gib(self.temporaries)}",
+        f"  outputs (new)    {gib(self.outputs - self.aliased)}",
+        f"  total            {gib(self.total)}",
+        f"FLOPs per step: {self.flops_per_device:.4g} per device, "
+        f"{self.flops_per_device * d * t:.4g} for the mesh",
+    ]
+
+
+def abstract_batch(tc: config_lib.TrainConfig, mc: config_lib.ModelConfig, query_dim: int,
+                   mesh: jax.sharding.Mesh) -> batches.Batch:
+  """The global batch as ShapeDtypeStructs, rows on ``data`` (the shapes of batches.Batch)."""
+  rows = sharding.batch_rows(mesh)
+  b, c, m = tc.batch_size, tc.k_neg, mc.max_set_size
+  spec = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=rows)  # noqa: E731
+  listed = mc.k_pool if tc.exhaustive_loss_weight else 0
+  return batches.Batch(spec((b, query_dim), jnp.float32), spec((b, c, m), jnp.int32),
+                       spec((b, c, m), jnp.bool_), spec((b,), jnp.int32), spec((b,), jnp.float32),
+                       spec((b, listed), jnp.int32))
+
+
+def compile_step(step_fn, state, batch, mesh: jax.sharding.Mesh) -> tuple[object, StepReport]:
+  """``step_fn`` (a jitted train step) compiled for ``state`` and ``batch`` (arrays or
+  ShapeDtypeStructs with shardings), and its per-device report. The compiled step is what a
+  real run then calls, so the step is compiled once."""
+  compiled = step_fn.lower(state, batch).compile()
+  mem = compiled.memory_analysis()
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  device = mesh.devices.flat[0]
+  z = state.theta["z"]
+  report = StepReport(
+      mesh={k: int(v) for k, v in mesh.shape.items()}, platform=device.platform,
+      device_kind=device.device_kind, num_tools=int(z.shape[0]), tool_dim=int(z.shape[1]),
+      query_dim=int(batch.query.shape[1]), batch_size=int(batch.query.shape[0]),
+      parameters=sharding.per_device_bytes(state.theta),
+      optimizer_state=sharding.per_device_bytes(state.opt_state),
+      batch=sharding.per_device_bytes(batch),
+      arguments=int(mem.argument_size_in_bytes), outputs=int(mem.output_size_in_bytes),
+      aliased=int(mem.alias_size_in_bytes), temporaries=int(mem.temp_size_in_bytes),
+      generated_code=int(mem.generated_code_size_in_bytes),
+      flops_per_device=float((cost or {}).get("flops", float("nan"))))
+  return compiled, report
+
+
+def check_fits(report: StepReport, budget_gb: float) -> None:
+  """UserError (exit 2) naming what does not fit ``budget_gb`` GiB per device (0: no check)."""
+  if not budget_gb or report.total <= budget_gb * GIB:
+    return
+  parts = {"parameters": report.parameters, "optimiser state": report.optimizer_state,
+           "batch": report.batch, "temporaries": report.temporaries,
+           "outputs": report.outputs - report.aliased}
+  named = ", ".join(f"{k} {v / GIB:.3f}" for k, v in sorted(parts.items(), key=lambda kv: -kv[1]))
+  t = report.mesh[sharding.TOOLS_AXIS]
+  sharded = report.parameters + report.optimizer_state  # Z dominates both; it scales as 1/T
+  devices = math.prod(report.mesh.values())
+  hint = ""
+  for t2 in range(t + 1, devices + 1):
+    if devices % t2 or report.num_tools % t2:
+      continue
+    if report.total - sharded * (1 - t / t2) <= budget_gb * GIB:
+      hint = (f"; with mesh.tools={t2} parameters + optimiser state would be about "
+              f"{sharded * t / t2 / GIB:.3f} GiB (check with another --dry-run)")
+      break
+  else:
+    hint = "; no mesh.tools on these devices brings it under — use more devices or a smaller batch"
+  raise UserError(f"the train step needs {report.total / GIB:.3f} GiB per device on mesh "
+                  f"data={report.mesh[sharding.DATA_AXIS]} x tools={t}, more than "
+                  f"mesh.memory_per_device_gb={budget_gb:g} ({named} GiB){hint}")
+
+
+def topology_devices(spec: str) -> list:
+  """The devices of a TPU topology to compile for, from ``tpu:NAME`` (e.g. ``tpu:v5e:4x4``,
+  ``tpu:v4:2x2x2``); no TPU is needed, only its runtime (``pip install libtpu``)."""
+  platform, _, name = spec.partition(":")
+  if platform != "tpu" or not name:
+    raise UserError(f"--topology {spec!r}: expected tpu:NAME, e.g. tpu:v5e:4x4 or tpu:v4:2x2x2 "
+                    f"(for N CPU devices use --devices N)")
+  import os
+  # No metadata server to ask off a TPU VM: without this libtpu waits minutes for it.
+  os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
+  from jax.experimental import topologies
+  try:
+    return list(topologies.get_topology_desc(platform="tpu", topology_name=name).devices)
+  except RuntimeError as e:
+    if "not installed" in str(e):
+      raise UserError(f"--topology {spec}: JAX's TPU support is not installed here; "
+                      f"`pip install libtpu` (compile-only works on a machine without a TPU)"
+                      ) from None
+    raise UserError(f"--topology {spec}: {str(e).splitlines()[0]}; expected a name like "
+                    f"v5e:4x4 or v4:2x2x2") from None
+
+
+def encoder_dim(model_dir: str) -> int:
+  """The sentence encoder's output width from its files (hidden size × pooling modes), without
+  loading its weights."""
+  from hyset_jax.encoder import sentence
+  path = sentence.resolve_model_dir(model_dir or None)
+  pipeline = sentence.read_pipeline(path)
+  config_file = pipeline.transformer_dir / "config.json"
+  try:
+    hidden = json.loads(config_file.read_text())["hidden_size"]
+  except (OSError, ValueError, KeyError) as e:
+    raise UserError(f"{config_file}: cannot read the encoder's hidden_size ({e})") from None
+  return int(hidden) * len(pipeline.pooling)
+
+
+def library_shape(config: config_lib.Config) -> tuple[int, int, int]:
+  """(N, d_z, d_r) for ``config``: the data set's tool count and the frozen encoder's width."""
+  from hyset_jax.data.specs import load_dataset
+  n = len(load_dataset(config.data.spec, max_set_size=config.model.max_set_size).tools)
+  d = encoder_dim(config.model.encoder)
+  return n, d, d
+
+
+def dry_run(config: config_lib.Config, *, num_tools: int | None = None,
+            tool_dim: int | None = None, query_dim: int | None = None,
+            devices=None) -> StepReport:
+  """Compile ``config``'s train step for its mesh and return the report; nothing is trained or
+  written. Sizes default to :func:`library_shape`; UserError if the mesh does not tile the
+  devices or Z's rows do not split over ``tools`` (:func:`check_fits` checks the budget)."""
+  from hyset_jax.training import train
+  config_lib.validate(config)
+  sharding.maybe_initialize_distributed()  # a multi-host slice compiles for all of its chips
+  if num_tools is None or tool_dim is None or query_dim is None:
+    n, dz, dr = library_shape(config)
+    num_tools, tool_dim, query_dim = num_tools or n, tool_dim or dz, query_dim or dr
+  mesh = train.training_mesh(config, devices=devices)
+  sharding.check_tool_rows(num_tools, mesh)
+  optimizer = train.make_optimizer(config.train)
+  state = train.abstract_state(num_tools, tool_dim, query_dim, config.model, config.train,
+                               optimizer, mesh)
+  step_fn = train.make_step_fn(mesh, config.model, config.train, optimizer,
+                               jax.tree.map(lambda x: x.sharding, state))
+  batch = abstract_batch(config.train, config.model, query_dim, mesh)
+  return compile_step(step_fn, state, batch, mesh)[1]
