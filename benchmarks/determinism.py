@@ -77,7 +77,7 @@ def worker(args) -> int:
   import jax
   import optax
   from hyset_jax.io import modeldir
-  from hyset_jax.training import dry_run, sharding, train
+  from hyset_jax.training import sharding, step_cost, train
   from hyset_jax.evaluation.evaluator import evaluate_split
   sharding.maybe_initialize_distributed()  # before the encoder touches JAX (prepare_data)
   if args.adam_eps is not None:
@@ -87,7 +87,7 @@ def worker(args) -> int:
   config = preset_config(args.preset, args.steps, args.overrides)
   data = preset_data(args.preset, config)
   dumps: dict[str, np.ndarray] = {}
-  compile_step = dry_run.compile_step
+  compile_step = step_cost.compile_step
 
   # The loop's compiled step, wrapped to copy θ out after the steps we compare; it calls the
   # same executable, so the run is the one `hyset train` does.
@@ -103,7 +103,7 @@ def worker(args) -> int:
           dumps[f"{done[0]}:{name}"] = x
       return state, parts
     return step, report
-  dry_run.compile_step = compile_and_watch
+  step_cost.compile_step = compile_and_watch
   # One workdir for every rank: a multi-process run checkpoints and exports into one place.
   summary = train.train_and_evaluate(config, args.out + "-work", data=data, progress=False)
   if jax.process_index() == 0:

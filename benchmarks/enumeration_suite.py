@@ -5,7 +5,7 @@ import gc
 import math
 import time
 
-from hyset_jax.inference import enumeration
+from hyset_jax.inference import subsets
 from hyset_jax.benchmarking import runners, workload
 
 # The incidence-matmul form bakes C(K,2) × C(K,M) constants into the program; past this size
@@ -14,7 +14,7 @@ MAX_INCIDENCE_BYTES = 64 << 20
 
 
 def _incidence_bytes(k_pool: int, max_size: int) -> int:
-  return 4 * (math.comb(k_pool, 2) + k_pool) * enumeration.count_subsets(k_pool, max_size)
+  return 4 * (math.comb(k_pool, 2) + k_pool) * subsets.count_subsets(k_pool, max_size)
 
 
 def run_one(impl: str, w: workload.Workload, repeats: int, log, output: str = "scores") -> dict:

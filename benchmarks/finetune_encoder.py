@@ -136,9 +136,9 @@ def _md_table(report: dict) -> str:
   return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> dict:
-  from hyset_jax import config as config_lib
-  from hyset_jax.training.finetune import TUNE_MODES, EncoderTuneConfig, finetune
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+  """The command line's arguments."""
+  from hyset_jax.training.finetune import TUNE_MODES
 
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--mode", choices=TUNE_MODES, required=True)
@@ -158,14 +158,20 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument("--init-model", help="start θ from this model directory (e.g. the best/ "
                       "of a hyset train run) instead of the dense start")
   parser.add_argument("--force", action="store_true", help="replace a non-empty --out")
-  args = parser.parse_args(argv)
+  return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict:
+  from hyset_jax import config as config_lib
+  from hyset_jax.training.finetune import EncoderTuneConfig, finetune
+
+  args = _parse(argv)
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 
   config = config_lib.resolve(args.config, args.set + [f"train.num_steps={args.steps}",
                                                        f"train.batch_size={args.batch_size}"])
   tune = EncoderTuneConfig(mode=args.mode, n_layers=args.n_layers, lora_rank=args.lora_rank,
                            learning_rate=args.encoder_lr)
-  from hyset_jax.encoder import layer_cache, load_encoder
   from hyset_jax.training.train_data import prepare_data
   t0 = time.time()
   data = prepare_data(config)
@@ -176,6 +182,21 @@ def main(argv: list[str] | None = None) -> dict:
                 machine=f"{platform.machine()}, {os.cpu_count()} CPUs",
                 command="python -m benchmarks.finetune_encoder " + " ".join(
                     sys.argv[1:] if argv is None else argv))
+  report.update(_sizing(args, config, data))
+  out = pathlib.Path(args.out)
+  provenance.write_json(out / "report.json", report, report.get("command"))
+  md = _markdown(args, summary, report)
+  (out / "report.md").write_text("\n".join(md) + "\n")
+  print("\n".join(md))
+  return report
+
+
+def _sizing(args: argparse.Namespace, config, data) -> dict:
+  """The report's ``gpu_estimate`` (per batch size) and ``step_cost`` entries, each only
+  where the arguments ask for it (none for mode frozen)."""
+  from hyset_jax.encoder import layer_cache, load_encoder
+  from hyset_jax.training.train_data import prepare_data
+  report = {}
   encoder = load_encoder(config.model.encoder or None)
   train_texts = list(data.splits[config.data.train_split].texts)
   lengths = layer_cache.tokenize_table(encoder, train_texts[:2048]).lengths
@@ -193,19 +214,24 @@ def main(argv: list[str] | None = None) -> dict:
     sample = [train_texts[i] for i in rng.choice(len(train_texts), args.batch_size,
                                                  replace=False)]
     report["step_cost"] = step_cost_benchmark(encoder, sample, args.n_layers, args.timing_repeats)
-  out = pathlib.Path(args.out)
-  provenance.write_json(out / "report.json", report, report.get("command"))
+  return report
+
+
+def _markdown(args: argparse.Namespace, summary: dict, report: dict) -> list[str]:
+  """The lines of ``report.md``."""
   md = [f"# finetune_encoder: mode {args.mode}", "", f"`{report['command']}`, {report['date']}, "
         f"{report['machine']}; {summary['steps']} steps × {summary['batch_size']} queries "
         f"over {summary['train_queries']} training queries; encoder trainable parameters "
         f"{summary['encoder_trainable_params']:,}; θ from "
         f"{summary['init_model'] or 'the dense start'}.", "", _md_table(summary), "",
-        f"Timing: cache {summary['timing']['cache_s']} s, training {summary['timing']['train_s']} s, "
+        f"Timing: cache {summary['timing']['cache_s']} s, "
+        f"training {summary['timing']['train_s']} s, "
         f"median step {summary['timing']['median_step_s']} s; whole run {report['wall_s']} s."]
   if "step_cost" in report:
     c = report["step_cost"]
     md += ["", f"Encoder update on one batch ({c['batch_rows']} rows × {c['padded_length']} "
-           f"tokens), median of {c['repeats']}: top-{c['n_layers']} cached {c['top_cached_s']:.3f} s,"
+           f"tokens), median of {c['repeats']}: top-{c['n_layers']} cached "
+           f"{c['top_cached_s']:.3f} s,"
            f" top-{c['n_layers']} uncached {c['top_uncached_s']:.3f} s, LoRA {c['lora_s']:.3f} s,"
            f" full {c['full_s']:.3f} s (cache speed-up {c['speedup_cache_vs_uncached']}× vs "
            f"uncached, {c['speedup_cache_vs_full']}× vs full)."]
@@ -214,9 +240,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"batch {b}: {e['flops_per_step']:.3g} FLOP/step, ~{e['memory_gb']} GB, "
         f"{e['steps_for_epochs']} steps for {e['epochs']:g} epochs ({e['total_pflop']} PFLOP)"
         for b, e in report["gpu_estimate"].items())]
-  (out / "report.md").write_text("\n".join(md) + "\n")
-  print("\n".join(md))
-  return report
+  return md
 
 
 if __name__ == "__main__":

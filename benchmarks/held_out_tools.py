@@ -24,6 +24,7 @@ import pathlib
 import subprocess
 import sys
 import time
+from typing import Any, NamedTuple
 
 from benchmarks import provenance
 
@@ -58,6 +59,21 @@ def read_jsonl(path: pathlib.Path) -> list[dict]:
     return [json.loads(line) for line in f if line.strip()]
 
 
+class _Splits(NamedTuple):
+  """The held-out-tool data: the ToolLens data set, the held-out tool ids, the training and
+  new-tool test query counts, and the data specs of the BEIR folders written under the
+  workdir (train: seen tools only; add: the held-out tools' library; eval_new / eval_seen:
+  the full library with the test queries that need a held-out tool / only seen tools)."""
+  data: Any
+  held: set[str]
+  n_train: int
+  n_new: int
+  train_spec: str
+  add_spec: str
+  eval_new_spec: str
+  eval_seen_spec: str
+
+
 def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -68,15 +84,37 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "held_out_tools"))
   args = p.parse_args(argv)
 
+  work = pathlib.Path(args.workdir).absolute()
+  work.mkdir(parents=True, exist_ok=True)
+  splits = _write_splits(args.data, args.fraction, work)
+  data, held = splits.data, splits.held
+  print(f"held out {len(held)} of {len(data.tools)} tools; {splits.n_train} of "
+        f"{len(data.split('train'))} train queries kept; {splits.n_new} test queries need a "
+        f"held-out tool", file=sys.stderr, flush=True)
+
+  run = work / "run"
+  reused = (run / "test_metrics.json").is_file()  # hyset train reuses a finished run
+  start = time.time()
+  hyset("train", "--config", "toollens", "--workdir", str(run), "--no-progress",
+        "--data", splits.train_spec, "--set", f"train.num_steps={args.steps}")
+  train_s = time.time() - start
+  hyset("tools", "add", "--model", str(run), "--tools", splits.add_spec, "--out",
+        str(work / "added"), "--force")
+  results = _evaluate(work, splits)
+  _write(args, argv, splits, results, None if reused else train_s)
+  return 0
+
+
+def _write_splits(data_dir: str, fraction: float, work: pathlib.Path) -> _Splits:
+  """Holds out ``fraction`` of the tools (by hash) and writes the four BEIR folders under
+  ``work``. Returns them with the counts (:class:`_Splits`)."""
   from hyset_jax.data.beir import load_beir
   from hyset_jax.data.splits import unit_hash
 
-  work = pathlib.Path(args.workdir).absolute()
-  work.mkdir(parents=True, exist_ok=True)
-  data = load_beir(args.data)
-  held = {t for t in data.tools.ids if unit_hash(t, "held-out-tools") < args.fraction}
-  corpus = read_jsonl(pathlib.Path(args.data) / "corpus.jsonl")
-  queries = {q["_id"]: q for q in read_jsonl(pathlib.Path(args.data) / "queries.jsonl")}
+  data = load_beir(data_dir)
+  held = {t for t in data.tools.ids if unit_hash(t, "held-out-tools") < fraction}
+  corpus = read_jsonl(pathlib.Path(data_dir) / "corpus.jsonl")
+  queries = {q["_id"]: q for q in read_jsonl(pathlib.Path(data_dir) / "queries.jsonl")}
 
   def qrels(split, keep):
     return [(q.id, t) for q in data.split(split) if keep(q) for t in q.gold]
@@ -101,18 +139,14 @@ def main(argv: list[str] | None = None) -> int:
                               {"test": qrels("test", seen_only)})
   n_train = sum(seen_only(q) for q in data.split("train"))
   n_new = sum(needs(q) for q in data.split("test"))
-  print(f"held out {len(held)} of {len(data.tools)} tools; {n_train} of "
-        f"{len(data.split('train'))} train queries kept; {n_new} test queries need a held-out "
-        f"tool", file=sys.stderr, flush=True)
+  return _Splits(data, held, n_train, n_new, train_spec, add_spec, full_new_spec,
+                 full_seen_spec)
 
-  run = work / "run"
-  reused = (run / "test_metrics.json").is_file()  # hyset train reuses a finished run
-  start = time.time()
-  hyset("train", "--config", "toollens", "--workdir", str(run), "--no-progress",
-        "--data", train_spec, "--set", f"train.num_steps={args.steps}")
-  train_s = time.time() - start
-  hyset("tools", "add", "--model", str(run), "--tools", add_spec, "--out", str(work / "added"),
-        "--force")
+
+def _evaluate(work: pathlib.Path, splits: _Splits) -> dict[str, dict]:
+  """``hyset eval`` of the dense retriever and of HYSET with the added tools, on the new-tool
+  and the seen-tool test queries. Returns {row: its metrics}."""
+  full_new_spec, full_seen_spec = splits.eval_new_spec, splits.eval_seen_spec
   results = {}
   for name, method, model, spec in [
       ("dense (frozen MiniLM), new-tool queries", "dense", None, full_new_spec),
@@ -123,18 +157,25 @@ def main(argv: list[str] | None = None) -> int:
     hyset("eval", "--data", spec, "--split", "test", "--method", method,
           *(["--model", str(model)] if model else []), "--out", str(out), "--force")
     results[name] = json.loads(out.read_text())
+  return results
 
+
+def _write(args: argparse.Namespace, argv: list[str] | None, splits: _Splits,
+           results: dict[str, dict], train_s: float | None) -> None:
+  """Writes ``<out>.json`` and ``<out>.md`` and prints the table; ``train_s``: None when the
+  run was reused."""
+  data, held, n_train = splits.data, splits.held, splits.n_train
   meta = {"command": "python -m benchmarks.held_out_tools " + " ".join(argv or sys.argv[1:]),
           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
           "machine": f"{os.cpu_count()} CPU cores (shared), no accelerator",
           "held_out_tools": len(held), "tools": len(data.tools), "train_queries": n_train,
-          "new_tool_test_queries": n_new, "steps": args.steps,
-          "train_seconds": None if reused else train_s}
+          "new_tool_test_queries": splits.n_new, "steps": args.steps,
+          "train_seconds": train_s}
   lines = [f"`{meta['command']}` — {meta['date']}, {meta['machine']}. {len(held)} of "
            f"{len(data.tools)} ToolLens tools held out of training ({n_train} train queries "
            f"kept), added with `hyset tools add` after {args.steps} training steps "
-           f"({'an existing run' if reused else f'{train_s / 60:.1f} min'}); test split, "
-           f"percentages.", "",
+           f"({'an existing run' if train_s is None else f'{train_s / 60:.1f} min'}); test "
+           f"split, percentages.", "",
            "| method | queries | " + " | ".join(METRICS) + " |",
            "|---|---|" + "---|" * len(METRICS)]
   for name, m in results.items():
@@ -146,7 +187,6 @@ def main(argv: list[str] | None = None) -> int:
                         meta["command"])
   out.with_suffix(".md").write_text("\n".join(lines) + "\n")
   print("\n".join(lines))
-  return 0
 
 
 if __name__ == "__main__":

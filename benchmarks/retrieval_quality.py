@@ -53,10 +53,11 @@ import platform
 import subprocess
 import sys
 import time
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from benchmarks import provenance, report
+from benchmarks import provenance, quality_variants, report
 
 KEYS = ("recall@3", "recall@5", "ndcg@3", "ndcg@5", "comp@3", "comp@5", "set_f1", "set_exact")
 
@@ -149,9 +150,6 @@ def baselines(config, data, test) -> dict[str, dict]:
                                                     config.model, 256)
   return out
 
-
-# σ of the "noise" row (train.query_noise).
-QUERY_NOISE = 0.6
 
 # (row label, method, HeadConfig overrides); heads also get a ", thresholded set" row.
 TRAINED = (("per-tool linear head", "linear-head", {}),
@@ -320,6 +318,19 @@ def main(argv: list[str] | None = None) -> int:
   return cli.run(parser, argv)
 
 
+class _Setup(NamedTuple):
+  """What every part of a :func:`run` reads: the resolved config, its prepared data and test
+  split, the ``--data``/``--encoder`` overrides every HYSET row adds, the test subsets scored
+  ("all", and "multi" with --multi-tool), the multi-tool test rows and the runs folder."""
+  config: Any
+  data: Any
+  test: Any
+  data_override: list[str]
+  subsets: dict[str, list[int]]
+  multi: list[int]
+  runs: pathlib.Path
+
+
 def run(args: argparse.Namespace) -> int:
   from hyset_jax import io_utils
   args.tag = args.tag or args.config
@@ -334,114 +345,16 @@ def run(args: argparse.Namespace) -> int:
   for noisy in ("absl", "orbax", "jax"):
     logging.getLogger(noisy).setLevel(logging.WARNING)
 
-  from hyset_jax import config as config_lib
-  from hyset_jax.training.train_data import prepare_data
-  data_override = ([f"data.spec={args.data}"] if args.data else []) + (
-      [f"model.encoder={args.encoder}"] if args.encoder else [])
-  config = config_lib.resolve(args.config, data_override)
-  data = prepare_data(config)
-  test = data.splits[config.data.test_split]
-  runs = pathlib.Path(args.runs)
-  multi = [i for i, g in enumerate(test.gold) if len(g) >= 2]
-  subsets = {"all": list(range(len(test.ids)))}
-  if args.multi_tool and multi:
-    subsets["multi"] = multi
-  rows = {name: {k: [v] for k, v in baselines(config, data, subset(test, keep)).items()}
+  setup = _prepare(args)
+  test, subsets = setup.test, setup.subsets
+  rows = {name: {k: [v] for k, v in baselines(setup.config, setup.data,
+                                             subset(test, keep)).items()}
           for name, keep in subsets.items()}
-  costs: dict[str, list[float]] = {}
-  chosen: dict[str, list[str]] = {}   # the ranking each run recorded, per row
-  # The paper's configuration (configs/paper.py: Eq. 10 objective, linear P, no conditioned
-  # term, greedy ranking) on the same data, beside the preset; ablations remove one addition
-  # (or one part of F_set) from the preset at a time.
-  paper = ["train.tool_loss_weight=0", "train.shortlist_negatives=0",
-           "train.exhaustive_loss_weight=0", "model.tower_depth=0", "model.conditioned=false",
-           "model.set_prior=false", "model.ranking=greedy"]
-  if args.config == "toollens":  # = configs/paper.py, which keeps the 1,500 steps it was measured
-    paper.append("train.num_steps=1500")  # with; other data sets keep their preset's budget
-  paper_seeds = args.seeds if args.paper_seeds is None else args.paper_seeds
-  variants = [("HYSET, paper configuration", "paper", paper, paper_seeds),
-              ("HYSET, preset", "preset", [], [] if args.no_preset else args.seeds)]
-  ablations = [("preset, no query tower", "notower", ["model.tower_depth=0"]),
-               ("preset, no conditioned term", "nocond", ["model.conditioned=false"]),
-               ("preset, no per-tool loss", "notool", ["train.tool_loss_weight=0"]),
-               ("preset, no exhaustive-shortlist loss", "noenum",
-                ["train.exhaustive_loss_weight=0"]),
-               ("preset, no F_set", "noset", ["model.interaction=none"]),
-               ("preset, identity M", "identity", ["model.interaction=identity"]),
-               ("preset, one shared M", "shared", ["model.interaction=shared"]),
-               ("preset, 1,500 steps", "steps1500", ["train.num_steps=1500"]),
-               # Added, not removed: σ chosen on ToolLens' validation split over the tuned
-               # encoder (0.3 / 0.6 / 1.0; docs/results.md).
-               (f"preset + query noise σ = {QUERY_NOISE}", "noise",
-                [f"train.query_noise={QUERY_NOISE}"]),
-               (f"preset + query noise σ = {QUERY_NOISE}, 1,500 steps", "noise1500",
-                [f"train.query_noise={QUERY_NOISE}", "train.num_steps=1500"]),
-               # The seen-set prior (set_prior.py), alone and over the tuned-encoder recipe.
-               ("preset + seen-set prior", "prior", ["model.set_prior=true"]),
-               # The lexical term (lexical.py), removed where the preset has it, added where not.
-               ("preset without the lexical term", "nolex", ["model.lexical=false"]),
-               ("preset + lexical term", "lexical", ["model.lexical=true"]),
-               (f"preset + query noise σ = {QUERY_NOISE}, 1,500 steps + seen-set prior",
-                "prior1500", [f"train.query_noise={QUERY_NOISE}", "train.num_steps=1500",
-                              "model.set_prior=true"])]
-  if not config.model.train_tool_embeddings:
-    ablations.append(("preset, Z trained (paper)", "ztrain", ["model.train_tool_embeddings=true"]))
-  else:  # Z fixed at the encoder's tool embeddings: F_set can only use what the text says
-    ablations.append(("preset, Z fixed", "zfixed", ["model.train_tool_embeddings=false"]))
-    # Z fixed with a quarter of the steps: on the unseen-set splits, the Z-fixed runs whose best
-    # checkpoint was step 250 had the highest test COMP@5 (docs/results.md).
-    ablations.append(("preset, Z fixed, 250 steps", "zfixed250",
-                      ["model.train_tool_embeddings=false", "train.num_steps=250"]))
-    # The same with the query noise (σ chosen on ToolLens' official validation split): the
-    # configuration for new combinations in docs/results.md.
-    ablations.append((f"preset, Z fixed, 250 steps, query noise σ = {QUERY_NOISE}",
-                      "zfixed250noise", ["model.train_tool_embeddings=false",
-                                         "train.num_steps=250",
-                                         f"train.query_noise={QUERY_NOISE}"]))
-    # ... without the seen-set prior (new combinations are not training sets) and with a
-    # longer shortlist, K1 = 25, K_pool = 30 (2/3 of the gold tools were in the top 20):
-    # chosen over K_pool = 20 by the validation split on all four unseen-set splits
-    # (docs/results.md).
-    ablations.append((f"preset, Z fixed, 250 steps, query noise σ = {QUERY_NOISE}, no prior, "
-                      "K_pool = 30", "zfixed250noise30",
-                      ["model.train_tool_embeddings=false", "train.num_steps=250",
-                       f"train.query_noise={QUERY_NOISE}", "model.set_prior=false",
-                       "model.k1=25", "model.k_pool=30"]))
-    # ... and with the lexical term (β chosen on validation; lexical.py).
-    ablations.append((f"preset, Z fixed, 250 steps, query noise σ = {QUERY_NOISE}, no prior, "
-                      "K_pool = 30, lexical term", "zfixed250noise30lex",
-                      ["model.train_tool_embeddings=false", "train.num_steps=250",
-                       f"train.query_noise={QUERY_NOISE}", "model.set_prior=false",
-                       "model.k1=25", "model.k_pool=30", "model.lexical=true"]))
-    # Z trained by the per-tool loss only; the set losses read it without moving it.
-    ablations.append(("preset, Z moved by the per-tool loss only", "zsep",
-                      ["train.set_losses_train_z=false"]))
-  variants += [(label, tag, o, args.ablation_seeds) for label, tag, o in ablations
-               if args.ablations is None or tag in args.ablations]
-  for label, tag, overrides, seeds in [] if args.baselines_only else variants:
-    for seed in seeds:
-      summary = run_hyset(args.config, tag, data_override + overrides, seed, runs, args.tag)
-      rows["all"].setdefault(label, []).append(summary["test"])
-      chosen.setdefault(label, []).append(summary["ranking"])
-      if summary["wall_s"] is not None:
-        costs.setdefault(label, []).append(summary["wall_s"])
-      if config_lib.resolve(args.config, data_override + overrides).model.set_prior:
-        # The same θ without its prior (the ranking chosen for that): the prior's own effect.
-        rows["all"].setdefault(f"{label}: the same θ without the prior", []).append(
-            without_prior(pathlib.Path(summary["workdir"]) / "best", data, config))
-      if config_lib.resolve(args.config, data_override + overrides).model.lexical:
-        # The same θ without its lexical term (the ranking chosen for that): the term's effect.
-        plain = without_lexical(pathlib.Path(summary["workdir"]) / "best", data, config)
-        if plain is not None:
-          rows["all"].setdefault(f"{label}: the same θ without the lexical term", []).append(
-              plain)
-      if tag in ("preset", "zfixed") and seed == seeds[0]:
-        for name, m in ranking_rows(pathlib.Path(summary["workdir"]) / "best", data, test,
-                                    config.model).items():
-          rows["all"][f"{'Z fixed' if tag == 'zfixed' else tag} seed {seed}, {name}"] = [m]
+  costs, chosen = _hyset_rows(args, setup, rows["all"])
   if "multi" in subsets and not args.baselines_only:
-    rows["multi"].update(multi_tool_hyset_rows(config, data, subset(test, multi), runs, args))
-  trained, fit_costs = trained_baselines(config, data, test, subsets, args.seeds,
+    rows["multi"].update(multi_tool_hyset_rows(setup.config, setup.data,
+                                               subset(test, setup.multi), setup.runs, args))
+  trained, fit_costs = trained_baselines(setup.config, setup.data, test, subsets, args.seeds,
                                          args.seeds if args.mlp_seeds is None
                                          else args.mlp_seeds,
                                          args.ablation_seeds if args.head_variants else [],
@@ -453,19 +366,87 @@ def run(args: argparse.Namespace) -> int:
           "date": datetime.date.today().isoformat(), "machine": platform.processor() or
           platform.machine(), "cpus": subprocess.run(["nproc"], capture_output=True,
                                                      text=True).stdout.strip(),
-          "spec": config.data.spec, "query_encoder": data.query_encoder,
+          "spec": setup.config.data.spec, "query_encoder": setup.data.query_encoder,
           "test_queries": len(test.ids),
-          "multi_tool_test_queries": len(multi),
+          "multi_tool_test_queries": len(setup.multi),
           "train_wall_s": costs, "fit_wall_s": fit_costs, "rankings": chosen}
   provenance.write_json(
       out_json, {"meta": meta, "rows": rows["all"], "multi_tool_rows": rows.get("multi", {})},
       meta["command"])
-  lines = [f"{config.data.spec} test split ({len(test.ids)} queries), query encoder "
-           f"{data.query_encoder} (frozen while θ trains); "
+  lines = _markdown(args, setup, rows, meta)
+  out_md.write_text("\n".join(lines) + "\n")
+  report.plot_quality(rows["all"], out_png,
+                      f"{setup.config.data.spec} test ({len(test.ids)} queries)")
+  print("\n".join(lines))
+  print(f"wrote {out_json}, {out_md} and {out_png}")
+  return 0
+
+
+def _prepare(args: argparse.Namespace) -> _Setup:
+  """Resolves the config (with ``--data``/``--encoder``), prepares its data and picks the
+  test subsets. Returns the run's :class:`_Setup`."""
+  from hyset_jax import config as config_lib
+  from hyset_jax.training.train_data import prepare_data
+  data_override = ([f"data.spec={args.data}"] if args.data else []) + (
+      [f"model.encoder={args.encoder}"] if args.encoder else [])
+  config = config_lib.resolve(args.config, data_override)
+  data = prepare_data(config)
+  test = data.splits[config.data.test_split]
+  multi = [i for i, g in enumerate(test.gold) if len(g) >= 2]
+  subsets = {"all": list(range(len(test.ids)))}
+  if args.multi_tool and multi:
+    subsets["multi"] = multi
+  return _Setup(config, data, test, data_override, subsets, multi, pathlib.Path(args.runs))
+
+
+def _hyset_rows(args: argparse.Namespace, setup: _Setup, rows: dict[str, list[dict]]
+                ) -> tuple[dict[str, list[float]], dict[str, list[str]]]:
+  """Trains (or reuses) every HYSET run asked for and adds its test rows to ``rows``: the
+  run's own, the same θ without its prior or lexical term where it has one, and the first
+  preset and Z-fixed seed under every ranking.
+
+  Returns ({row: training seconds of each run trained start to end here},
+  {row: the ranking each run recorded}).
+  """
+  from hyset_jax import config as config_lib
+  config, data = setup.config, setup.data
+  costs: dict[str, list[float]] = {}
+  chosen: dict[str, list[str]] = {}   # the ranking each run recorded, per row
+  hyset = quality_variants.variants(args, config.model.train_tool_embeddings)
+  for label, tag, overrides, seeds in [] if args.baselines_only else hyset:
+    for seed in seeds:
+      summary = run_hyset(args.config, tag, setup.data_override + overrides, seed, setup.runs,
+                          args.tag)
+      rows.setdefault(label, []).append(summary["test"])
+      chosen.setdefault(label, []).append(summary["ranking"])
+      if summary["wall_s"] is not None:
+        costs.setdefault(label, []).append(summary["wall_s"])
+      best = pathlib.Path(summary["workdir"]) / "best"
+      if config_lib.resolve(args.config, setup.data_override + overrides).model.set_prior:
+        # The same θ without its prior (the ranking chosen for that): the prior's own effect.
+        rows.setdefault(f"{label}: the same θ without the prior", []).append(
+            without_prior(best, data, config))
+      if config_lib.resolve(args.config, setup.data_override + overrides).model.lexical:
+        # The same θ without its lexical term (the ranking chosen for that): the term's effect.
+        plain = without_lexical(best, data, config)
+        if plain is not None:
+          rows.setdefault(f"{label}: the same θ without the lexical term", []).append(plain)
+      if tag in ("preset", "zfixed") and seed == seeds[0]:
+        for name, m in ranking_rows(best, data, setup.test, config.model).items():
+          rows[f"{'Z fixed' if tag == 'zfixed' else tag} seed {seed}, {name}"] = [m]
+  return costs, chosen
+
+
+def _markdown(args: argparse.Namespace, setup: _Setup, rows: dict[str, dict[str, list[dict]]],
+              meta: dict) -> list[str]:
+  """The lines of ``retrieval_<tag>.md``: the tables, the rankings and the costs."""
+  test, costs, chosen = setup.test, meta["train_wall_s"], meta["rankings"]
+  lines = [f"{setup.config.data.spec} test split ({len(test.ids)} queries), query encoder "
+           f"{setup.data.query_encoder} (frozen while θ trains); "
            f"mean ± std over seeds {args.seeds} where several; "
            f"`{meta['command']}`, {meta['date']}, {meta['cpus']} CPUs.", ""] + table(rows["all"])
   if "multi" in rows:
-    lines += ["", f"Multi-tool test queries only (|E*| ≥ 2: {len(multi)} queries):", ""]
+    lines += ["", f"Multi-tool test queries only (|E*| ≥ 2: {len(setup.multi)} queries):", ""]
     lines += table(rows["multi"])
   lines.append("")
   if chosen:
@@ -473,18 +454,14 @@ def run(args: argparse.Namespace) -> int:
                  "seed: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in chosen.items()))
   if not costs and not args.baselines_only:
     lines.append("Training wall time: no HYSET run was trained start to end in this invocation "
-                 f"(all reused from {runs}/).")
+                 f"(all reused from {setup.runs}/).")
   if costs:
     lines.append("Training wall time per run trained start to end in this invocation (s, this "
                  "CPU, to early stop or the step budget): " +
                  ", ".join(f"{k}: {np.mean(v):.0f}" for k, v in costs.items()))
   lines.append("Trained-baseline fit time per seed (s, this CPU, embeddings cached): " +
-               ", ".join(f"{k}: {np.mean(v):.0f}" for k, v in fit_costs.items()))
-  out_md.write_text("\n".join(lines) + "\n")
-  report.plot_quality(rows["all"], out_png, f"{config.data.spec} test ({len(test.ids)} queries)")
-  print("\n".join(lines))
-  print(f"wrote {out_json}, {out_md} and {out_png}")
-  return 0
+               ", ".join(f"{k}: {np.mean(v):.0f}" for k, v in meta["fit_wall_s"].items()))
+  return lines
 
 
 def plot_only(args: argparse.Namespace, stem: str) -> int:

@@ -53,7 +53,7 @@ def train_steps(args, config) -> dict:
   import jax
   import numpy as np
   from hyset_jax.model import parameters
-  from hyset_jax.training import batches, dry_run, sharding, train
+  from hyset_jax.training import batches, sharding, step_cost, train
   from hyset_jax import config as config_lib
   from hyset_jax.testing import synthetic_data
   c = dataclasses.replace(config, mesh=config_lib.MeshConfig(data=1, tools=8))
@@ -72,9 +72,9 @@ def train_steps(args, config) -> dict:
   z = state.theta["z"]
   shard_rows = {s.data.shape[0] for s in z.addressable_shards}
   t0 = time.time()
-  step_fn, report = dry_run.compile_step(
+  step_fn, report = step_cost.compile_step(
       train.make_step_fn(mesh, mc, tc, optimizer, jax.tree.map(lambda x: x.sharding, state)),
-      state, dry_run.abstract_batch(tc, mc, args.dim, mesh), mesh)
+      state, step_cost.abstract_batch(tc, mc, args.dim, mesh), mesh)
   compile_s = time.time() - t0
   rows_sharding = sharding.batch_rows(mesh)
   local_rows = sharding.process_rows(rows_sharding, tc.batch_size)

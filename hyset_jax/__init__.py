@@ -1,17 +1,18 @@
 """hyset-jax: set-level tool retrieval (HYSET) in JAX.
 
-The pieces, one job per module:
+The packages, one job each (README.md has the full map):
 
-- :mod:`hyset_jax.model.scoring`      pure set-scoring functions (paper Eq. 2-6).
-- :mod:`hyset_jax.model.parameters`        θ = (Z, M_2..M_M, P, q): initialisation, ablations, constraints.
-- :mod:`hyset_jax.inference.enumeration`  static subset tables and exhaustive scoring of every subset.
-- :mod:`hyset_jax.inference.pipeline`    two-stage inference (Eq. 12-14), the prepared fast path, ranking.
-- :mod:`hyset_jax.inference.neighbors`    the per-tool neighbour table for the exact fast expansion (Eq. 13).
-- :mod:`hyset_jax.choices`      the names of enumeration methods, rankings and stage-2 outputs.
-- :mod:`hyset_jax.io.model_format` the model format: schema, the one reader and checker (NumPy only).
-- :mod:`hyset_jax.model.terms`        the model terms beside the paper's θ, one module each, by name.
-- :mod:`hyset_jax.io.modeldir`     the model directory (read, validate, write).
-- :mod:`hyset_jax.cli`          the ``hyset`` console script.
+- :mod:`hyset_jax.model`       the scores (``scoring``, paper Eq. 2-6), θ (``parameters``) and the
+  terms beside it (``terms``: one module each, picked by name).
+- :mod:`hyset_jax.inference`   two-stage inference (``pipeline``, Eq. 12-14), the subset tables
+  (``subsets``) and their exhaustive scoring (``enumeration``), backends, rankings, filters.
+- :mod:`hyset_jax.training`    the training loop (``train``), batches, negatives, rewards, losses,
+  checkpoints, sharding, the dry run, and what is chosen after θ (``post_theta``).
+- :mod:`hyset_jax.evaluation`  metrics, their evaluation on a split, significance tests.
+- :mod:`hyset_jax.io`          the model format (``model_format``, ``model_schema.json``), the model
+  directory, the exports, the NumPy reference, library edits.
+- :mod:`hyset_jax.data`, :mod:`hyset_jax.encoder`, :mod:`hyset_jax.retrievers` (baselines),
+  :mod:`hyset_jax.serve`, :mod:`hyset_jax.commands` (the ``hyset`` console script's commands).
 """
 
 __version__ = "0.1.0"

@@ -84,6 +84,12 @@ class ModelConfig:
   # texts, divided by its best), β chosen on validation where β = 0 (no term) competes. For
   # requests that name several intents in words a dense vector averages away; off = the paper.
   lexical: bool = False
+  # Abstention (terms/abstain.py): after θ (and the terms above), a threshold τ on the best
+  # set's score below which the empty set is delivered ("no tool needed"), chosen on the data
+  # set's irrelevant_<val split> requests (BFCL's irrelevance categories): the most of them
+  # abstained with at most 2 points of R@5 lost on the relevant validation queries. Off = the
+  # paper (a set is always delivered).
+  abstain: bool = False
   # The ranking recorded in the model directory: "auto" picks greedy, logit, set-first,
   # set-mean or set-max on the validation split after training (the delivered set is the same
   # for all).
@@ -168,7 +174,7 @@ class Config:
 def validate(config: Config) -> Config:
   """Cross-field checks, before any data is read or any device is touched."""
   m, t = config.model, config.train
-  from hyset_jax.inference.enumeration import validate_sizes
+  from hyset_jax.inference.subsets import validate_sizes
   validate_sizes(m.k_pool, m.max_set_size, k1=m.k1)
   if m.conditioned_rank < 0:
     raise UserError(f"model.conditioned_rank must be ≥ 0, got {m.conditioned_rank}")

@@ -3,6 +3,12 @@
 The model is trained for real (:func:`hyset_jax.training.train.train_and_evaluate` on the synthetic data
 of :mod:`hyset_jax.testing`, 384-d so the default MiniLM encoder feeds it) and its manifest
 names that encoder, so ``hyset predict --queries`` and ``hyset serve`` run the whole text path.
+
+The fixtures ``model_dir``, ``library`` and ``retriever`` are shared by the serving test modules
+(``from serving import library, model_dir, retriever``). The model is trained once per test
+process, not once per module: the tests only read it (tests/test_serve_catalogue.py checks that
+its directory is left as it was), and a module whose heavy test runs first, apart from its
+other tests, would otherwise set the module fixture up twice.
 """
 from __future__ import annotations
 
@@ -17,6 +23,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+
+import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -34,6 +42,32 @@ def train_tiny_model(workdir: pathlib.Path) -> pathlib.Path:
   # One device: serving is tested here, not the sharded step (its compile is half as long).
   train_and_evaluate(testing.small_config(), workdir, data=data, progress=False, num_devices=1)
   return workdir / "final"  # after the 12 steps: trained interaction matrices
+
+
+_SHARED: dict[str, pathlib.Path] = {}
+
+
+def _once(name: str, tmp_path_factory, make) -> pathlib.Path:
+  """``make(folder)`` the first time ``name`` is asked for in this process, its path after."""
+  if name not in _SHARED:
+    _SHARED[name] = make(tmp_path_factory.mktemp(name))
+  return _SHARED[name]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> pathlib.Path:
+  return _once("serving_model", tmp_path_factory, lambda d: train_tiny_model(d / "run"))
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory) -> pathlib.Path:
+  return _once("serving_lib", tmp_path_factory, lambda d: write_library(d / "tools.json"))
+
+
+@pytest.fixture(scope="module")
+def retriever(model_dir, library):
+  from hyset_jax.serve.retriever import load_retriever
+  return load_retriever(str(model_dir), [f"mcp:{library}"], max_batch=8, log=lambda _: None)
 
 
 def write_library(path: pathlib.Path, n: int = 40) -> pathlib.Path:

@@ -6,7 +6,7 @@ import pathlib
 import pytest
 
 from hyset_jax import choices, cli
-from hyset_jax.inference import enumeration
+from hyset_jax.inference import enumeration, subsets
 from hyset_jax.benchmarking import references, runners, workload
 
 
@@ -19,7 +19,7 @@ def test_bench_enumerate_json_is_consistent(tmp_path, capsys):
   assert r["method"] == enumeration.resolve_method(enumeration.DEFAULT_METHOD)  # what ran
   assert r["output"] == "best"
   assert (r["k_pool"], r["max_size"], r["batch"], r["dim"]) == (20, 5, 8, 0)
-  assert r["n_subsets"] == 21699 == enumeration.count_subsets(20, 5)
+  assert r["n_subsets"] == 21699 == subsets.count_subsets(20, 5)
   assert r["queries_per_s"] > 0 and r["subsets_per_s"] > 0
   assert math.isclose(r["queries_per_s"] * r["time_s"], 8, rel_tol=1e-9)
   assert math.isclose(r["subsets_per_s"], r["queries_per_s"] * 21699, rel_tol=1e-9)
@@ -140,7 +140,7 @@ def test_native_stage2_timing_on_a_trained_models_inputs(tmp_path, capsys):
   raw = np.fromfile(tmp_path / "in.f32", np.float32)
   q = native_stage2.QUERIES
   logits, pairs = raw[:q * k].reshape(q, k), raw[q * k:].reshape(q, m - 1, k, k)
-  table = enumeration.subset_table(k, m)
+  table = subsets.subset_table(k, m)
   best = enumeration.best_subset(logits[-1:], pairs[-1:], table, "gather")
   every = enumeration.score_subsets(logits[-1:], pairs[-1:], table, "gather")
   want = 20 * (float(best.scores[0, 0]) + float(every.scores[0, -1]))

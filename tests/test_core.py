@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from hyset_jax.inference import enumeration, pipeline
+from hyset_jax.inference import enumeration, pipeline, subsets
 from hyset_jax.model import parameters, scoring
 from hyset_jax.errors import UserError
 from hyset_jax.model.scoring import HysetParams
@@ -30,8 +30,8 @@ def as_params(z, p, ms):
 
 
 def test_subset_table_counts_and_colex():
-  t = enumeration.subset_table(20, 5)
-  assert len(t) == 21699 == enumeration.count_subsets(20, 5)
+  t = subsets.subset_table(20, 5)
+  assert len(t) == 21699 == subsets.count_subsets(20, 5)
   for m in range(1, 6):
     block = t.members[t.offsets[m - 1]:t.offsets[m], :m]
     assert len(block) == math.comb(20, m)
@@ -47,12 +47,12 @@ def test_enumeration_matches_bruteforce(k_pool, max_size, method):
   z, p, ms = random_params(rng, k_pool, 6, max_size, scale=0.7)
   r = rng.normal(size=(3, 6))
   params = as_params(z, p, ms)
-  table = enumeration.subset_table(k_pool, max_size)
+  table = subsets.subset_table(k_pool, max_size)
   tools = jnp.broadcast_to(jnp.arange(k_pool), (3, k_pool))
   logits = scoring.tool_logits(jnp.asarray(r, jnp.float32), params.projection, params.tool_embeddings)
   pairs = scoring.pair_matrices(params.tool_embeddings[tools], params.interactions)
   out = enumeration.score_subsets(logits, pairs, table, method)
-  best = enumeration.best_sets(out, table, k=3)
+  best = subsets.best_sets(out, table, k=3)
   for q in range(3):
     # Every subset's score, not just the best.
     pos = np.asarray(out.positions[q])
@@ -75,7 +75,7 @@ def test_colex_is_exact_for_huge_logit_ranges(method):
   p *= 200.0
   r = rng.normal(size=(2, 4))
   params = as_params(z, p, ms)
-  table = enumeration.subset_table(8, 3)
+  table = subsets.subset_table(8, 3)
   tools = jnp.broadcast_to(jnp.arange(8), (2, 8))
   logits = scoring.tool_logits(jnp.asarray(r, jnp.float32), params.projection, params.tool_embeddings)
   pairs = scoring.pair_matrices(params.tool_embeddings[tools], params.interactions)
@@ -105,7 +105,7 @@ def test_matmul_shift_is_safe_for_huge_logit_ranges():
   # One shift per query: exact for sets near the top logit, never NaN for the rest (their
   # F_align falls back to their largest member's logit).
   r, z, p, ms, logits, pairs = _shortlist_inputs(1, 8, 3, logit_scale=200.0)
-  table = enumeration.subset_table(8, 3)
+  table = subsets.subset_table(8, 3)
   out = enumeration.score_subsets(logits, pairs, table, "matmul")
   scores = np.asarray(out.scores)
   assert np.all(np.isfinite(scores))
@@ -119,7 +119,7 @@ def test_matmul_shift_is_safe_for_huge_logit_ranges():
 
 def test_matmul_bf16_is_close_to_f32():
   r, z, p, ms, logits, pairs = _shortlist_inputs(2, 8, 3)
-  table = enumeration.subset_table(8, 3)
+  table = subsets.subset_table(8, 3)
   f32 = np.asarray(enumeration.score_subsets(logits, pairs, table, "matmul").scores)
   bf16 = np.asarray(enumeration.score_subsets(logits, pairs, table, "matmul_bf16").scores)
   np.testing.assert_allclose(bf16, f32, atol=0.05 * (1 + np.abs(f32).max()))
@@ -257,15 +257,15 @@ def test_untrained_model_is_the_dense_retriever():
 
 
 def test_shape_and_size_errors_are_clear():
-  table = enumeration.subset_table(6, 3)
+  table = subsets.subset_table(6, 3)
   with pytest.raises(ValueError, match=r"expected logits \[Q, 6\]"):
     enumeration.score_subsets(jnp.zeros((2, 5)), jnp.zeros((2, 2, 5, 5)), table)
   with pytest.raises(UserError, match="2 ≤ M ≤ k_pool"):
-    enumeration.subset_table(4, 5)
+    subsets.subset_table(4, 5)
   with pytest.raises(UserError, match="k1 must satisfy"):
-    enumeration.validate_sizes(20, 5, k1=20)
+    subsets.validate_sizes(20, 5, k1=20)
   with pytest.raises(UserError, match="fewer than k_pool"):
-    enumeration.validate_sizes(20, 5, k1=15, num_tools=19)
+    subsets.validate_sizes(20, 5, k1=15, num_tools=19)
   with pytest.raises(UserError, match="unknown enumeration method"):
     enumeration.score_subsets(jnp.zeros((1, 6)), jnp.zeros((1, 2, 6, 6)), table, "magic")
   with pytest.raises(UserError, match="max_set_size must be ≥ 2"):

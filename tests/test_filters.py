@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from hyset_jax import cli
+from hyset_jax.errors import FieldError
 from hyset_jax.inference import filters, pipeline
 from hyset_jax.io import modeldir, reference
 from hyset_jax.model.query_inputs import QueryInputs
@@ -100,7 +101,7 @@ def test_an_empty_filter_is_a_clear_error():
     pipeline.predict_batched(params, QueryInputs(rng.normal(size=(3, D)).astype(np.float32),
                                                   None, allowed), k1=K1, k_pool=K, max_size=M)
   index = filters.FilterIndex([f"t{i}" for i in range(N)])
-  with pytest.raises(filters.FilterError, match="allows none"):
+  with pytest.raises(FieldError, match="allows none"):
     index.mask(filters.ToolFilter(allow=()))
 
 
@@ -193,14 +194,14 @@ def test_filter_masks_prefixes_tags_and_errors():
   assert m(allow=("gh.*", "calc"), deny=("gh.pr",)) == [True, False, False, False, True]
   assert m(tags=("mail",)) == [False, False, True, True, False]
   assert m(allow=("nothing.*", "calc")) == [False, False, False, False, True]
-  with pytest.raises(filters.FilterError) as e:
+  with pytest.raises(FieldError) as e:
     m(deny=("gh.issue", "nope"))
   assert e.value.field == "tools.deny[1]"
-  with pytest.raises(filters.FilterError, match="tag 'chat'"):
+  with pytest.raises(FieldError, match="tag 'chat'"):
     m(tags=("chat",))
   assert filters.tags_of({"category": "Finance"}) == {"Finance"}
   assert filters.tags_of({"category": "a, b", "domain": ["a", "b"]}) == {"a", "b"}
-  with pytest.raises(filters.FilterError, match="unknown field"):
+  with pytest.raises(FieldError, match="unknown field"):
     filters.from_json({"allow": [], "colour": 1}, "tools")
 
 

@@ -5,6 +5,7 @@ directories, hyset predict and hyset eval on real data."""
 import dataclasses
 import itertools
 import json
+import types
 
 import numpy as np
 import pytest
@@ -18,7 +19,9 @@ from hyset_jax.training import train
 from hyset_jax.model.query_inputs import QueryInputs
 from hyset_jax.data.types import ToolLibrary
 from hyset_jax.errors import UserError
-from hyset_jax.evaluation.evaluator import choose_lexical, evaluate_split
+from hyset_jax.evaluation.evaluator import evaluate_split
+from hyset_jax.model import terms
+from hyset_jax.training import post_theta
 from hyset_jax.model.lexical import LexicalIndex
 from hyset_jax.retrievers import BM25Retriever
 from hyset_jax.training.train_data import QuerySet
@@ -109,16 +112,23 @@ def test_validation_chooses_beta_where_the_words_name_the_tool():
   texts = tuple(" and ".join(WORDS[t] for t in g) for g in gold)
   qs = QuerySet(tuple(map(str, range(40))), texts, rng.normal(size=(40, D)).astype(np.float32),
                 tuple(gold))
-  mc = config_lib.ModelConfig(k1=K1, k_pool=K, max_set_size=M)
-  index = LexicalIndex(TEXTS)
-  beta, ranking, table = choose_lexical(params, index, qs, tuple(map(str, range(N))), mc, 16)
-  assert beta is not None and beta > 0 and f"β={beta:g} {ranking}" in table
-  with_term = params._replace(lexical_weight=np.float32(beta))
-  ids = tuple(map(str, range(N)))
-  assert (evaluate_split(with_term, qs, ids, mc, 16, ranking, lexical=index)["recall@3"]
+  config = config_lib.resolve("tiny", [f"model.k1={K1}", f"model.k_pool={K}",
+                                       f"model.max_set_size={M}", "train.eval_batch_size=16"])
+  mc, ids = config.model, tuple(map(str, range(N)))
+  data = types.SimpleNamespace(splits={config.data.val_split: qs}, tool_ids=ids,
+                               tool_texts=TEXTS)
+  model = modeldir.ModelDir(params, ids, M, K1, K, None)
+  term = terms.REGISTRY["lexical"]
+  chosen, ranking, table, record = post_theta.fit_term(term, model, data, config)
+  beta = float(chosen.params.lexical_weight)
+  assert beta > 0 and record["chosen"] == f"β={beta:g}" and f"lexical β={beta:g} {ranking}" in table
+  assert record["scores"][f"β={beta:g} {ranking}"] > record["scores"][f"none {ranking}"]
+  assert (evaluate_split(chosen.params, qs, ids, mc, 16, ranking, lexical=chosen.lexical)["recall@3"]
           > evaluate_split(params, qs, ids, mc, 16, ranking)["recall@3"] + 0.3)
-  blind = QuerySet(qs.ids, ("zzz qqq",) * 40, qs.embeddings, qs.gold)
-  assert choose_lexical(params, index, blind, ids, mc, 16)[0] is None
+  blind = types.SimpleNamespace(splits={config.data.val_split: QuerySet(
+      qs.ids, ("zzz qqq",) * 40, qs.embeddings, qs.gold)}, tool_ids=ids, tool_texts=TEXTS)
+  kept, _, _, record = post_theta.fit_term(term, model, blind, config)
+  assert kept is model and record["chosen"] == "none"
 
 
 @pytest.mark.heavy
@@ -229,7 +239,8 @@ def test_switching_the_term_on_a_finished_run_rechooses_without_retraining(tmp_p
   best = modeldir.load_model_dir(tmp_path / "run" / "best")
   np.testing.assert_array_equal(best.params.projection, params.projection)
   rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-  assert any(k.startswith("β=") for k in rows[-1]["validation_by_ranking"])
+  assert any(k.startswith("lexical β=") for k in rows[-1]["validation_by_ranking"])
+  assert [f["term"] for f in rows[-1]["fits"]] == ["lexical"]
   # Switched off again, a best/ that has the term (forced here: tiny's validation may not
   # choose one) loses it and is scored without it.
   forced = dataclasses.replace(best, params=best.params._replace(lexical_weight=np.float32(2)),

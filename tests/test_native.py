@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from hyset_jax import choices
-from hyset_jax.inference import enumeration, native, rankings
+from hyset_jax.inference import enumeration, native, rankings, subsets
 from hyset_jax.errors import UserError
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -25,7 +25,7 @@ def random_inputs(rng, q, k, m, scale=0.3):
 
 
 def assert_same_as_gather(logits, pairs, k, m):
-  table = enumeration.subset_table(k, m)
+  table = subsets.subset_table(k, m)
   want = enumeration.score_subsets(logits, pairs, table, "gather")
   got = enumeration.score_subsets(logits, pairs, table, "native")
   np.testing.assert_array_equal(np.asarray(got.positions), np.asarray(want.positions))
@@ -118,7 +118,7 @@ def test_native_nan_wins_the_argmax_like_jnp():
   NaN last, as jnp.argsort does."""
   rng = np.random.default_rng(5)
   k, m = 8, 3
-  table = enumeration.subset_table(k, m)
+  table = subsets.subset_table(k, m)
   logits, pairs = random_inputs(rng, 4, k, m)
   logits[1, 2] = np.nan
   pairs[2, 0, 3, 5] = pairs[2, 0, 5, 3] = np.nan
@@ -126,7 +126,7 @@ def test_native_nan_wins_the_argmax_like_jnp():
   scores = enumeration.score_subsets(logits, pairs, table, "native")
   np.testing.assert_array_equal(np.asarray(scores.positions),
                                 np.asarray(jnp.argsort(jnp.asarray(logits), axis=1)))
-  want = enumeration.best_sets(scores, table)
+  want = subsets.best_sets(scores, table)
   got = enumeration.best_subset(logits, pairs, table, "native")
   for a, b in zip(got, want):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -137,7 +137,7 @@ def test_native_nan_wins_the_argmax_like_jnp():
 def test_native_under_jit_vmap_and_inside_predict():
   rng = np.random.default_rng(11)
   logits, pairs = random_inputs(rng, 6, 10, 3)
-  table = enumeration.subset_table(10, 3)
+  table = subsets.subset_table(10, 3)
   want = enumeration.best_subset(logits, pairs, table, "gather")
   batched = jax.vmap(lambda lg, pr: native.best_rows(lg, pr))(logits.reshape(2, 3, 10),
                                                                pairs.reshape(2, 3, 2, 10, 10))
@@ -148,13 +148,23 @@ def test_native_under_jit_vmap_and_inside_predict():
 
 
 def test_build_is_cached_and_keyed(tmp_path, monkeypatch):
-  monkeypatch.setenv("HYSET_CACHE", str(tmp_path))
+  """The build cache, on a one-line library: what it keys and keeps is the same for any source,
+  and the kernel's own build (40 s at -O3) is what every other test here loads."""
+  monkeypatch.setenv("HYSET_CACHE", str(tmp_path / "cache"))
+  source, header = tmp_path / "probe.cc", tmp_path / "probe.h"
+  source.write_text('extern "C" int hyset_probe() { return 1; }\n')
+  header.write_text("// v1\n")
+  monkeypatch.setattr(native, "SOURCES", (source,))
+  monkeypatch.setattr(native, "HEADERS", (header,))
   first = native.build()
-  assert first.is_relative_to(tmp_path / "native") and first.exists()
+  assert first.is_relative_to(tmp_path / "cache" / "native") and first.exists()
   mtime = first.stat().st_mtime_ns
   assert native.build() == first and first.stat().st_mtime_ns == mtime   # not rebuilt
   assert native.build(force=True) == first and first.stat().st_mtime_ns != mtime
   assert [p.name for p in first.parent.iterdir()] == [first.name]        # no temporaries left
+  header.write_text("// v2\n")                                          # a header is keyed too
+  second = native.build()
+  assert second != first and second.exists() and first.exists()
 
 
 def run_cli(args, env):
@@ -253,7 +263,7 @@ def test_beyond_the_kernels_limits_auto_runs_gather():
   assert native.fits(40, 7) and not native.fits(40, 7, all_scores=True)
   assert enumeration.resolve_method("auto", 63, 2) == choices.PORTABLE_METHOD
   assert enumeration.resolve_method("auto", 20, 5) == "native"
-  table = enumeration.subset_table(63, 2)
+  table = subsets.subset_table(63, 2)
   logits, pairs = random_inputs(np.random.default_rng(2), 3, 63, 2)
   best = enumeration.best_subset(logits, pairs, table)              # auto: gather here
   want = enumeration.best_subset(logits, pairs, table, "gather")

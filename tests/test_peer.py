@@ -15,6 +15,8 @@ import zipfile
 import numpy as np
 import pytest
 
+from hyset_jax.model import terms
+
 from hyset_jax import cli
 from hyset_jax.errors import UserError
 from hyset_jax.io.modeldir import ModelDir, load_model_dir, save_model_dir
@@ -137,12 +139,13 @@ def test_export_refuses_terms_the_authors_lack(tmp_path, capsys):
   rc = cli.main(["export", "--workdir", str(tmp_path / "towered"), "--out",
                  str(tmp_path / "x"), "--format", "hyset-pytorch"])
   err = capsys.readouterr().err
-  assert rc == 2 and "query tower (params.tower)" in err and "Traceback" not in err
+  assert rc == 2 and "the tower term (the query tower q(r) in front of P)" in err
+  assert "Traceback" not in err
   assert not (tmp_path / "x").exists()
   base = small_model()
-  for attr, what in convert.EXTRA_TERMS:
-    model = dataclasses.replace(base, params=base.params._replace(**{attr: np.float32(1)}))
-    with pytest.raises(UserError, match=rf"{attr}\)"):
+  for term in terms.REGISTRY.values():  # each term, also one added later, is refused by name
+    model = dataclasses.replace(base, params=base.params._replace(**{term.field: np.float32(1)}))
+    with pytest.raises(UserError, match=rf"the {term.name} term \("):
       convert.to_payload(model)
   rng = np.random.default_rng(0)
   wide = dataclasses.replace(base, params=base.params._replace(

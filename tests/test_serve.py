@@ -16,21 +16,7 @@ from hyset_jax.serve.batching import MicroBatcher
 from hyset_jax.serve.retriever import RANKINGS, Retriever, load_retriever
 
 import serving
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-  return serving.train_tiny_model(tmp_path_factory.mktemp("serve") / "run")
-
-
-@pytest.fixture(scope="module")
-def library(tmp_path_factory):
-  return serving.write_library(tmp_path_factory.mktemp("lib") / "tools.json")
-
-
-@pytest.fixture(scope="module")
-def retriever(model_dir, library):
-  return load_retriever(str(model_dir), [f"mcp:{library}"], max_batch=8, log=lambda _: None)
+from serving import library, model_dir, retriever  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(scope="module")
@@ -409,7 +395,7 @@ def test_a_model_with_a_seen_set_prior_serves_what_predict_writes(tmp_path, mode
   import numpy as np
   from hyset_jax.io import modeldir
   from hyset_jax.model import set_prior
-  from hyset_jax.serve.retriever import FieldError
+  from hyset_jax.errors import FieldError
   md = modeldir.load_model_dir(model_dir)
   emb = retriever.encode(serving.QUERIES)
   plain = retriever.predict(emb, retriever.defaults)

@@ -1,7 +1,7 @@
 """A catalogue that changes while serving (``POST /v1/tools``, MCP ``update_tools``): added tools
 are retrieved, removed ones never again, updates change definitions, the version counts, bad
 updates change nothing, ``--persist`` writes what ``hyset tools add`` writes — and, against a
-real server process, 100 updates under 8 concurrent clients lose and fail no request, and no
+real server process, 24 updates under 4 concurrent clients lose and fail no request, and no
 answer names a tool its catalogue version did not have."""
 from __future__ import annotations
 
@@ -21,29 +21,14 @@ from hyset_jax import cli
 from hyset_jax.io import modeldir
 from hyset_jax.serve.app import create_app
 from hyset_jax.serve.batching import MicroBatcher
-from hyset_jax.serve.retriever import load_retriever
 
 import serving
+from serving import library, model_dir, retriever  # noqa: F401 (fixtures)
 
 FLIGHT = {"id": "book_flight", "name": "book_flight",
           "description": "Book a flight between two airports.",
           "parameters": {"type": "object", "properties": {"from": {"type": "string"}}}}
 FLIGHT_QUERY = "Book a flight between two airports."
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-  return serving.train_tiny_model(tmp_path_factory.mktemp("catalogue") / "run")
-
-
-@pytest.fixture(scope="module")
-def library(tmp_path_factory):
-  return serving.write_library(tmp_path_factory.mktemp("lib") / "tools.json")
-
-
-@pytest.fixture(scope="module")
-def retriever(model_dir, library):
-  return load_retriever(str(model_dir), [f"mcp:{library}"], max_batch=8, log=lambda _: None)
 
 
 def make_client(retriever, **kwargs):
@@ -274,8 +259,10 @@ def test_batches_never_mix_keys():
 
 # --------------------------------------------------------------------------- under load
 
-CLIENTS = 8
-UPDATES = 100
+# Enough to overlap updates with requests in flight on every client (a few hundred requests);
+# each update re-indexes the library, so more of them only repeat the same path for longer.
+CLIENTS = 4
+UPDATES = 24
 LOAD_DEADLINE_S = 150  # a hard stop: the clients and the updates end by themselves before it
 
 
@@ -302,7 +289,7 @@ def update_body(u: int) -> dict:
 
 
 def run_load(url: str, deadline: float):
-  """8 client threads retrieving while 100 updates are applied one after another; returns the
+  """CLIENTS threads retrieving while UPDATES updates are applied one after another; returns the
   requests (send time, answer time, status, body or exception) and the updates (send time,
   answer time, status, body)."""
   requests: list[tuple] = []
@@ -388,9 +375,13 @@ def test_updates_under_concurrent_load(model_dir, library):
     assert named(row) <= set(lib), (version, named(row) - set(lib))
     assert all(t == lib[t["id"]] for t in row["tools"])
     new_named += any(t.startswith("new") for t in row["set"])
-  # The check had teeth: answers did name the tools that later updates removed.
-  assert new_named > len(requests) // 10
+  # The check had teeth: answers did name the tools that later updates removed. Counted over
+  # the answers from a library that had added tools (version 2 on), not over all of them: how
+  # many come before the first update answers (its new shapes compile) is not what is checked.
+  # About one query in six is worded like the added tools (see variant); 1 in 20 leaves room.
+  added = sum(body["catalogue_version"] > 1 for *_, body in requests)
+  assert new_named > added // 20, (new_named, added)
   print(f"\nload: {len(requests)} requests from {CLIENTS} clients, {len(updates)} updates in "
         f"{elapsed:.1f} s ({len(requests) / elapsed:.1f} q/s); 0 errors, 0 lost; "
-        f"{stale} finished on a library replaced while they were in flight; {new_named} "
-        f"answers named an added tool")
+        f"{stale} finished on a library replaced while they were in flight; {new_named} of "
+        f"the {added} answers from version 2 on named an added tool")

@@ -151,7 +151,7 @@ def test_candidate_pools_put_the_gold_set_first_and_mask_its_copies():
 
 
 def test_decode_set_first_and_set_max():
-  from hyset_jax.inference.enumeration import subset_table
+  from hyset_jax.inference.subsets import subset_table
   t = subset_table(3, 2)  # {0} {1} {2} {0,1} {0,2} {1,2}
   scores = np.array([[0.0, 0.5, 0.1, 0.2, 0.3, 1.0]], np.float32)
   sl = np.array([[7, 8, 9]])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hyset_jax import config as config_lib
-from hyset_jax.inference import enumeration, pipeline
+from hyset_jax.inference import pipeline, subsets
 from hyset_jax.io import modeldir, reference
 from hyset_jax.model import parameters, set_prior
 from hyset_jax.training import train
@@ -86,7 +86,7 @@ def test_best_set_and_set_mean_are_exact_under_the_prior(method):
     assert set(order[:len(best)]) == set(best)
     assert all(best_of[a] >= best_of[b] - 1e-4 for a, b in zip(order, order[1:]))
   assert changed >= 3  # the prior mattered in this test
-  count = enumeration.subsets_containing(K, M)
+  count = subsets.subsets_containing(K, M)
   assert count == sum(1 for m in range(1, M + 1) for s in itertools.combinations(range(K), m)
                       if 0 in s)
 
@@ -201,7 +201,11 @@ def test_training_fits_and_chooses_the_prior_on_real_toollens(tmp_path, shared_d
   assert manifest["format"] == modeldir.FORMAT and "prior" in manifest["terms"]
   assert modeldir.load_model_dir(tmp_path / "run" / "final").params.prior is None
   last = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
-  assert {"none logit", "λ=1 τ=0.01 set-first"} <= set(last["validation_by_ranking"])
+  assert {"prior none logit", "prior λ=1 τ=0.01 set-first"} <= set(last["validation_by_ranking"])
+  fit = manifest["fits"][0]  # the choice's record, also in the model directory
+  assert fit["term"] == "prior" and fit["chosen"] != "none" and fit["ranking"] == summary["ranking"]
+  assert fit["scores"][f"{fit['chosen']} {fit['ranking']}"] == max(
+      v for v in fit["scores"].values() if v is not None)
   test = prepare_data(c).splits[c.data.test_split]
   without = evaluate_split(best.params._replace(prior=None), test, best.tool_ids, c.model, 64,
                            ranking=summary["ranking"])

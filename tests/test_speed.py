@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hyset_jax import choices
-from hyset_jax.inference import enumeration, pipeline, neighbors, rankings
+from hyset_jax.inference import enumeration, pipeline, neighbors, rankings, subsets
 from hyset_jax.benchmarking import workload
 from hyset_jax.model.scoring import HysetParams
 
@@ -142,7 +142,7 @@ def test_prepared_predict_with_every_ranking_equals_the_reference_path():
 @pytest.mark.parametrize("k_pool,max_size,batch", [(8, 3, 5), (20, 5, 66), (10, 4, 64)])
 def test_best_subset_is_the_argmax_of_every_score(k_pool, max_size, batch):
   w = workload.make_workload(k_pool, max_size, batch, seed=4)
-  table = enumeration.subset_table(k_pool, max_size)
+  table = subsets.subset_table(k_pool, max_size)
   # Exact ties between sizes and within a size: duplicated logits and zero pair scores.
   logits = w.logits.copy()
   logits[::3, 1] = logits[::3, 0]
@@ -153,7 +153,7 @@ def test_best_subset_is_the_argmax_of_every_score(k_pool, max_size, batch):
   methods = ((choices.DEFAULT_METHOD, "matmul") if k_pool == 20
              else choices.ENUMERATION_METHODS)
   for method in methods:
-    want = enumeration.best_sets(enumeration.score_subsets(logits, pairs, table, method), table)
+    want = subsets.best_sets(enumeration.score_subsets(logits, pairs, table, method), table)
     got = enumeration.best_subset(logits, pairs, table, method)
     for a, b in zip(got, want):
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -165,7 +165,7 @@ def test_rankings_on_a_hand_checkable_case():
   g = np.zeros((1, 1, 3, 3), np.float32)
   g[0, 0, 1, 2] = g[0, 0, 2, 1] = 5.0
   pairs = jnp.asarray(g)
-  table = enumeration.subset_table(3, 2)
+  table = subsets.subset_table(3, 2)
   best = enumeration.best_subset(logits, pairs, table)
   pos = jnp.sort(jnp.where(best.mask[:, 0], best.positions[:, 0], 3), axis=1)
   assert np.asarray(pos).tolist() == [[1, 2]]

@@ -100,11 +100,11 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
   import jax
 
   from hyset_jax import choices
-  from hyset_jax.inference import enumeration, pipeline
+  from hyset_jax.inference import enumeration, pipeline, subsets
   # Record the implementation that runs ("auto" names none).
   method = enumeration.resolve_method(method or choices.DEFAULT_METHOD, k_pool, max_size)
   ranking = ranking or pipeline.DEFAULT_RANKING
-  enumeration.validate_sizes(k_pool, max_size, k1=k1, num_tools=num_tools)
+  subsets.validate_sizes(k_pool, max_size, k1=k1, num_tools=num_tools)
   log = log or (lambda msg: None)
   prep, prepare_s = prepared or prepared_library(num_tools, dim, k_pool=k_pool,
                                                  max_size=max_size, seed=seed, table=table)

@@ -1,6 +1,6 @@
 """Implementations of the subset scores outside JAX, for comparison in the same run.
 
-Each returns f32[Q, n] in :class:`enumeration.SubsetTable` order with the shortlist in its given
+Each returns f32[Q, n] in :class:`subsets.SubsetTable` order with the shortlist in its given
 order (so every implementation can be checked against every other). Inputs are ℓ and G_m,
 and, when the workload has ``dim > 0``, they are first built from the embeddings.
 
@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from hyset_jax.inference import enumeration
+from hyset_jax.inference import subsets
 from hyset_jax.benchmarking.workload import Workload
 
 
@@ -35,7 +35,7 @@ def numpy_inputs(w: Workload) -> tuple[np.ndarray, np.ndarray]:
 
 def numpy_gather(w: Workload, chunk: int = 64) -> np.ndarray:
   logits, pairs = numpy_inputs(w)
-  table = enumeration.subset_table(w.k_pool, w.max_size)
+  table = subsets.subset_table(w.k_pool, w.max_size)
   q, k = logits.shape
   out = np.empty((q, len(table)), np.float32)
   for start in range(0, q, chunk):
@@ -57,13 +57,13 @@ def numpy_gather(w: Workload, chunk: int = 64) -> np.ndarray:
 
 def numpy_matmul(w: Workload) -> np.ndarray:
   logits, pairs = numpy_inputs(w)
-  table = enumeration.subset_table(w.k_pool, w.max_size)
+  table = subsets.subset_table(w.k_pool, w.max_size)
   q, k = logits.shape
   wts = np.exp(logits - logits.max(1, keepdims=True))
   iu = np.triu_indices(k, 1)
   out = np.empty((q, len(table)), np.float32)
   out[:, :k] = logits
-  for m, (a, ap) in enumerate(enumeration._incidence(k, w.max_size), start=1):
+  for m, (a, ap) in enumerate(subsets.incidence(k, w.max_size), start=1):
     if m == 1:
       continue
     lo, hi = table.offsets[m - 1], table.offsets[m]
@@ -73,7 +73,7 @@ def numpy_matmul(w: Workload) -> np.ndarray:
 
 def naive(w: Workload) -> np.ndarray:
   logits, pairs = numpy_inputs(w)
-  table = enumeration.subset_table(w.k_pool, w.max_size)
+  table = subsets.subset_table(w.k_pool, w.max_size)
   out = np.empty((logits.shape[0], len(table)), np.float32)
   for q in range(logits.shape[0]):
     ell, g = logits[q].tolist(), pairs[q].tolist()
@@ -101,7 +101,7 @@ def torch_gather(w: Workload, device: str = "cpu", chunk: int = 64):
   """The NumPy reference's algorithm in PyTorch (eager). Returns a torch tensor."""
   import torch
 
-  table = enumeration.subset_table(w.k_pool, w.max_size)
+  table = subsets.subset_table(w.k_pool, w.max_size)
   if w.dim == 0:
     logits = torch.as_tensor(w.logits, device=device)
     pairs = torch.as_tensor(w.pairs, device=device)

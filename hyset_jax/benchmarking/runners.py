@@ -95,14 +95,14 @@ def _jax_prepare(method: str | None, w: "Workload", output: str) -> Prepared:
   import jax
   import jax.numpy as jnp
 
-  from hyset_jax.inference import enumeration
+  from hyset_jax.inference import enumeration, subsets
   from hyset_jax.model import scoring
 
   # Record the implementation that runs ("auto" names none).
   if method != "gather/subset-major":
     method = enumeration.resolve_method(method or choices.DEFAULT_METHOD, w.k_pool, w.max_size,
                                         all_scores=output == "scores")
-  table = enumeration.subset_table(w.k_pool, w.max_size)
+  table = subsets.subset_table(w.k_pool, w.max_size)
 
   def score(logits, pairs):
     if method == "gather/subset-major":

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from hyset_jax.inference import enumeration
+from hyset_jax.inference import subsets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Workload:
 
   @property
   def n_subsets(self) -> int:
-    return enumeration.count_subsets(self.k_pool, self.max_size)
+    return subsets.count_subsets(self.k_pool, self.max_size)
 
   def settings(self) -> dict:
     return {"k_pool": self.k_pool, "max_size": self.max_size, "batch": self.batch,
@@ -42,7 +42,7 @@ def make_workload(k_pool: int = 20, max_size: int = 5, batch: int = 1024, dim: i
                   seed: int = 0) -> Workload:
   """Random inputs on the scale of a trained model: unit tool rows, ℓ of order 1, G_m of
   order 0.1 (symmetric), so no size dominates and the argmax varies across queries."""
-  enumeration.validate_sizes(k_pool, max_size)
+  subsets.validate_sizes(k_pool, max_size)
   if batch < 1 or dim < 0:
     raise ValueError(f"batch must be ≥ 1 and dim ≥ 0, got {batch}, {dim}")
   rng = np.random.default_rng(seed)
@@ -66,7 +66,7 @@ def make_workload(k_pool: int = 20, max_size: int = 5, batch: int = 1024, dim: i
 def min_flops_per_query(k_pool: int, max_size: int) -> int:
   """Floating-point operations per query of the cheapest exact schedule we know.
 
-  That is the colex recurrence of :func:`enumeration._colex_query_last`, counting an FMA as 2:
+  That is the colex recurrence of :func:`gather_colex._colex_query_last`, counting an FMA as 2:
   per subset of size ≥ 2, two FMAs for the softmax sums, a division and an add (6); per subset
   of size k ≥ 3 and each cardinality m ≥ k still being summed, two adds for the pair sums.
   Singletons and pairs read their scores straight from ℓ and G_m. Preparation (sorting K
@@ -75,7 +75,7 @@ def min_flops_per_query(k_pool: int, max_size: int) -> int:
   >>> min_flops_per_query(20, 5)
   187302
   """
-  n = enumeration.count_subsets(k_pool, max_size)
+  n = subsets.count_subsets(k_pool, max_size)
   align = 6 * (n - k_pool)
   pairs = sum(2 * math.comb(k_pool, k) * (max_size - k + 1) for k in range(3, max_size + 1))
   return align + pairs
@@ -84,7 +84,7 @@ def min_flops_per_query(k_pool: int, max_size: int) -> int:
 def matmul_flops_per_query(k_pool: int, max_size: int) -> int:
   """Multiply-adds ×2 of the incidence-matmul form: for every subset of size ≥ 2, a
   C(K,2)-long dot for F_set and two K-long dots for the softmax sums."""
-  n2 = enumeration.count_subsets(k_pool, max_size) - k_pool
+  n2 = subsets.count_subsets(k_pool, max_size) - k_pool
   return 2 * n2 * (math.comb(k_pool, 2) + 2 * k_pool)
 
 
@@ -98,4 +98,4 @@ def stage2_flops_per_query(k_pool: int, max_size: int, dim: int) -> int:
 
 def output_bytes_per_query(k_pool: int, max_size: int) -> int:
   """f32 scores written per query: the memory floor of any implementation that returns them."""
-  return 4 * enumeration.count_subsets(k_pool, max_size)
+  return 4 * subsets.count_subsets(k_pool, max_size)

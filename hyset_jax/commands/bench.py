@@ -106,12 +106,12 @@ def _write_json(path: str | None, out: dict) -> None:
 
 def run_e2e(args: argparse.Namespace) -> int:
   from hyset_jax import io_utils
-  from hyset_jax.inference import enumeration
+  from hyset_jax.inference import subsets
   from hyset_jax.benchmarking import end_to_end, hardware
 
   if args.json:
     io_utils.output_file(args.json, args.force, flag="--json")
-  enumeration.validate_sizes(args.k_pool, args.max_size, k1=args.k1, num_tools=args.tools)
+  subsets.validate_sizes(args.k_pool, args.max_size, k1=args.k1, num_tools=args.tools)
   if args.tools * args.dim * 4 * (args.max_size + 1) > 16 << 30:
     raise UserError(f"--tools {args.tools} × --dim {args.dim} needs over 16 GiB for the "
                     "prepared library; lower one of them")
@@ -132,13 +132,13 @@ def run_e2e(args: argparse.Namespace) -> int:
 
 def run_enumerate(args: argparse.Namespace) -> int:
   from hyset_jax import io_utils
-  from hyset_jax.inference import enumeration
+  from hyset_jax.inference import subsets
   from hyset_jax.benchmarking import hardware, runners, workload
 
   if args.json:
     io_utils.output_file(args.json, args.force, flag="--json")
-  enumeration.validate_sizes(args.k_pool, args.max_size)
-  n = enumeration.count_subsets(args.k_pool, args.max_size)
+  subsets.validate_sizes(args.k_pool, args.max_size)
+  n = subsets.count_subsets(args.k_pool, args.max_size)
   check_memory(args.k_pool, args.max_size, args.batch, n)
   if args.impl == "naive":
     estimate_naive(args.batch, n, args.repeats)
@@ -228,14 +228,14 @@ def _check(impl: str, w, output: str = "scores") -> float:
 
   import numpy as np
 
-  from hyset_jax.inference import enumeration
+  from hyset_jax.inference import enumeration, subsets
   from hyset_jax.benchmarking import references, runners
 
   small = dataclasses.replace(
       w, batch=min(8, w.batch), logits=w.logits[:8], pairs=w.pairs[:8],
       query=None if w.query is None else w.query[:8], tools=None if w.tools is None else w.tools[:8])
   want = references.numpy_gather(small)
-  table = enumeration.subset_table(w.k_pool, w.max_size)
+  table = subsets.subset_table(w.k_pool, w.max_size)
   if output == "best":
     return _check_best(impl, small, want, table)
   if impl in runners.JAX_METHODS:
@@ -247,7 +247,7 @@ def _check(impl: str, w, output: str = "scores") -> float:
       scores = scores.T
     else:
       scores, positions = enumeration.score_subsets(logits, pairs, table, method)
-    got = enumeration.reorder_to_shortlist(np.asarray(scores), np.asarray(positions), table)
+    got = subsets.reorder_to_shortlist(np.asarray(scores), np.asarray(positions), table)
   elif impl == "torch":
     got = references.torch_gather(small).cpu().numpy()
   else:

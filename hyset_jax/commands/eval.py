@@ -112,11 +112,10 @@ def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary
                           ) -> Any:
   """A HysetRetriever from a model directory or a training workdir's best/, carried onto the
   data's library (``data``: its spec) when that differs from the model's (hyset_jax.io.carry)."""
+  from hyset_jax.io.modeldir import load_best
   from hyset_jax.io.carry import carry_onto
-  from hyset_jax.io.modeldir import best_model_dir
-  from hyset_jax.io.modeldir import load_model_dir
   from hyset_jax.retrievers import HysetRetriever
-  model = carry_onto(load_model_dir(best_model_dir(path)), tools, data)
+  model = carry_onto(load_best(path)[1], tools, data)
   encoder = _load_encoder(encoder_dir if encoder_dir is not None else model.query_encoder)
   return HysetRetriever(model.params, model.tool_ids, encoder,
                         k1=model.k1, k_pool=model.k_pool, max_size=model.max_set_size,

@@ -48,14 +48,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-  from hyset_jax import io_utils
   from hyset_jax.io import export, modeldir
   from hyset_jax.io.peer import convert
   source = modeldir.best_model_dir(args.workdir)
-  markers = {**export.MARKERS, "hyset-pytorch": (convert.CHECKPOINT_FILE,)}
   # Before loading or compiling anything.
-  out = io_utils.output_dir(args.out, args.force, marker=markers[args.format],
-                            inputs=(source, args.workdir), what=f"{args.format} export")
+  out = export.check_out(args.out, args.force, args.format, inputs=(source, args.workdir))
   model = modeldir.load_model_dir(source)
   if args.format == "hyset":
     modeldir.save_model_dir(out, model, force=args.force)

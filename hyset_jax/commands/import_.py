@@ -44,15 +44,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-  from hyset_jax import io_utils
   from hyset_jax.io import export
   from hyset_jax.data.specs import input_paths, load_dataset
   from hyset_jax.io.modeldir import ModelDir, save_model_dir
   from hyset_jax.io.peer import convert, torch_format
 
-  out = io_utils.output_dir(args.out, args.force, marker=export.MARKERS["hyset"],
-                            inputs=(args.checkpoint, *input_paths(args.tools)),
-                            what="model directory")
+  out = export.check_out(args.out, args.force, "hyset",
+                         inputs=(args.checkpoint, *input_paths(args.tools)),
+                         what="model directory")
   authors = convert.from_payload(torch_format.read_checkpoint(args.checkpoint), args.checkpoint)
   library = load_dataset(args.tools).tools
   ids = convert.match_tools(authors.func_names, library.ids, args.checkpoint, args.tools)

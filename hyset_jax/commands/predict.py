@@ -22,7 +22,7 @@ import numpy as np
 
 from hyset_jax import choices
 from hyset_jax.commands import int_at_least
-from hyset_jax.errors import UserError
+from hyset_jax.errors import FieldError, UserError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -77,7 +77,7 @@ def allowed_tools(tool_ids, allow: str | None, deny: str | None) -> np.ndarray |
     ids = filters.read_id_file(path, flag)
     try:
       mask = index.mask(filters.ToolFilter(allow=ids), "list", require=False)
-    except filters.FilterError as e:
+    except FieldError as e:
       raise UserError(f"{flag} {path}: {e.message}") from None
     masks.append(mask if flag == "--allow" else ~mask)
   out = filters.intersect(*masks)
@@ -118,12 +118,10 @@ def encode_queries(path: str, encoder_name: str, dim: int
   texts)."""
   from hyset_jax.data import files
   from hyset_jax.data.beir import read_queries
-  from hyset_jax.encoder import encode_cached, load_encoder
+  from hyset_jax.encoder import load_query_encoder
+  from hyset_jax.encoder import encode_cached
   queries = read_queries(files.require_file(path, "queries file"))
-  encoder = load_encoder(encoder_name)
-  if encoder.dim != dim:
-    raise UserError(f"the query encoder {encoder_name!r} gives {encoder.dim}-d embeddings; the "
-                    f"model's projection expects d_r = {dim}")
+  encoder = load_query_encoder(encoder_name, dim)
   texts = [text for text, _ in queries.values()]
   emb = encode_cached(encoder, texts)
   return list(queries), np.asarray(emb, np.float32), texts
@@ -131,7 +129,7 @@ def encode_queries(path: str, encoder_name: str, dim: int
 
 def resolve_overrides(model, k1: int | None, k_pool: int | None, max_size: int | None):
   """The (K1, K_pool, M) to use: command-line overrides on top of the manifest, validated."""
-  from hyset_jax.inference.enumeration import validate_sizes
+  from hyset_jax.inference.subsets import validate_sizes
   k1 = model.k1 if k1 is None else k1
   k_pool = model.k_pool if k_pool is None else k_pool
   max_size = model.max_set_size if max_size is None else max_size
@@ -146,16 +144,14 @@ def resolve_overrides(model, k1: int | None, k_pool: int | None, max_size: int |
 def run(args: argparse.Namespace) -> int:
   from hyset_jax import io_utils
   from hyset_jax.inference import pipeline, neighbors
-  from hyset_jax.io import modeldir
+  from hyset_jax.io.modeldir import load_best
   from hyset_jax.data.specs import input_paths
 
   tool_inputs = input_paths(args.tools) if args.tools else ()
   out = io_utils.output_file(args.out, args.force,
                             inputs=(args.model, args.queries, args.query_embeddings,
                                     args.allow, args.deny, *tool_inputs))
-  from hyset_jax.io.modeldir import best_model_dir
-  model_path = best_model_dir(args.model)
-  model = modeldir.load_model_dir(model_path)
+  model_path, model = load_best(args.model)
   if args.tools:
     from hyset_jax.io.carry import carry_onto
     from hyset_jax.data.specs import load_dataset

@@ -24,3 +24,15 @@ __all__ = [
     "model_fingerprint",
     "resolve_model_dir",
 ]
+
+
+def load_query_encoder(name: str | None, dim: int):
+  """The query encoder ``name`` (a manifest's query_encoder or a checkpoint directory; None:
+  the default); UserError unless it gives ``dim``-d embeddings, the d_r the model's projection
+  takes (a mismatch would otherwise fail later as a shape error)."""
+  from hyset_jax.errors import UserError
+  encoder = load_encoder(name)
+  if encoder.dim != dim:
+    raise UserError(f"the query encoder {name!r} gives {encoder.dim}-d embeddings; the "
+                    f"model's projection expects d_r = {dim}")
+  return encoder

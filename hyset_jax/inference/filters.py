@@ -26,18 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from hyset_jax.errors import UserError
+from hyset_jax.errors import FieldError, UserError
 
 FIELDS = ("allow", "deny", "tags")
-
-
-class FilterError(UserError):
-  """A bad filter; ``field`` names the entry (``tools.allow[2]``, ``--deny``, ``tools``)."""
-
-  def __init__(self, field: str, message: str):
-    super().__init__(f"{field}: {message}")
-    self.field = field
-    self.message = message
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,25 +48,25 @@ EVERYTHING = ToolFilter()
 
 def from_json(obj: Any, where: str) -> ToolFilter:
   """A filter from its JSON form ``{"allow": [...], "deny": [...], "tags": [...]}`` (each
-  optional; ``null`` as absent); FilterError naming a bad or unknown entry."""
+  optional; ``null`` as absent); FieldError naming a bad or unknown entry."""
   if obj is None:
     return EVERYTHING
   if not isinstance(obj, Mapping):
-    raise FilterError(where, f"expected an object with {', '.join(FIELDS)}, got "
+    raise FieldError(where, f"expected an object with {', '.join(FIELDS)}, got "
                              f"{type(obj).__name__}")
   for key in obj:
     if key not in FIELDS:
-      raise FilterError(f"{where}.{key}", f"unknown field; expected {', '.join(FIELDS)}")
+      raise FieldError(f"{where}.{key}", f"unknown field; expected {', '.join(FIELDS)}")
   parts = {}
   for key in FIELDS:
     value = obj.get(key)
     if value is None:
       continue
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-      raise FilterError(f"{where}.{key}", "expected a list of strings")
+      raise FieldError(f"{where}.{key}", "expected a list of strings")
     for i, v in enumerate(value):
       if not v.strip():
-        raise FilterError(f"{where}.{key}[{i}]", "is empty; expected a tool id or tag")
+        raise FieldError(f"{where}.{key}[{i}]", "is empty; expected a tool id or tag")
     parts[key] = tuple(value)
   return ToolFilter(parts.get("allow"), parts.get("deny", ()), parts.get("tags"))
 
@@ -149,14 +140,14 @@ class FilterIndex:
       elif pattern in self.row:
         mask[self.row[pattern]] = True
       elif strict:
-        raise FilterError(f"{field}[{i}]", f"tool {pattern!r} is not in the library "
+        raise FieldError(f"{field}[{i}]", f"tool {pattern!r} is not in the library "
                                            f"({self.num_tools} tools); a trailing * matches "
                                            f"a prefix")
     return mask
 
   def mask(self, f: ToolFilter, field: str = "tools", *, strict: bool = True,
            require: bool = True) -> np.ndarray | None:
-    """bool[N]: the tools ``f`` allows; None when it restricts nothing. FilterError for an
+    """bool[N]: the tools ``f`` allows; None when it restricts nothing. FieldError for an
     unknown id or tag (``strict``) and, with ``require``, for a filter that allows no tool."""
     if f.unrestricted:
       return None
@@ -170,13 +161,13 @@ class FilterIndex:
           tagged[self._tags[tag]] = True
         elif strict:
           known = ", ".join(self.tag_names[:20]) or "none"
-          raise FilterError(f"{field}.tags[{i}]", f"no tool has the tag {tag!r} (tags: "
+          raise FieldError(f"{field}.tags[{i}]", f"no tool has the tag {tag!r} (tags: "
                                                   f"{known})")
       out &= tagged
     if f.deny:
       out &= ~self._ids(f.deny, f"{field}.deny", strict)
     if require and not out.any():
-      raise FilterError(field, f"allows none of the library's {self.num_tools} tools")
+      raise FieldError(field, f"allows none of the library's {self.num_tools} tools")
     return out
 
 

@@ -1,6 +1,13 @@
 """How a tool mask (:attr:`hyset_jax.model.query_inputs.QueryInputs.allowed`, built by
-:mod:`hyset_jax.inference.filters`) acts on inference: stage 1 never picks a disallowed tool, and stage 2
-never prefers a set that holds one. Pure functions with shapes in the docstrings.
+:mod:`hyset_jax.inference.filters`) acts on inference: stage 1 never picks a disallowed tool, and
+stage 2 never prefers a set that holds one. Pure functions with shapes in the docstrings.
+
+A disallowed tool's ℓ is -inf for the top K1 and its g the lowest finite value in the expansion,
+so the shortlist holds the allowed tools the unfiltered rules pick from the allowed library
+(disallowed ones only in its tail when fewer than K_pool are allowed); stage 2 scores any set
+holding one far below every all-allowed set, and every output slot one occupies reads -1. With a
+mask the expansion scans every tool (the neighbour table cannot know it); without one nothing of
+this is traced.
 """
 from __future__ import annotations
 

@@ -110,7 +110,7 @@ def fingerprint(z: np.ndarray, m_m: np.ndarray, width: int) -> str:
 
 def cache_dir_beside(model_dir: str | os.PathLike) -> pathlib.Path:
   """Where a model directory's tables are cached: ``<model_dir>.cache/`` next to it when that
-  folder can be written, else ``$HYSET_CACHE/neighbors`` (``~/.cache/hyset_jax/inference/neighbors``)."""
+  folder can be written, else ``$HYSET_CACHE/neighbors`` (``~/.cache/hyset_jax/neighbors``)."""
   model_dir = pathlib.Path(model_dir).resolve()
   beside = model_dir.parent / f"{model_dir.name}.cache"
   if os.access(beside if beside.exists() else model_dir.parent, os.W_OK):

@@ -65,7 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
 
-from hyset_jax.inference import enumeration
+from hyset_jax.inference import subsets
 
 LANES = 128
 # Subset rows per output block of the every-score kernel on a device (f32[R, S, 128]).
@@ -91,7 +91,7 @@ def platform(backend: str | None = None) -> str:
 def fits(k: int, max_size: int) -> bool:
   """Whether the kernel takes a shortlist of K tools and sets of up to M: int32 rows, and one
   query tile of the tables within the VMEM budget."""
-  return (enumeration.count_subsets(k, max_size) < 2 ** 31
+  return (subsets.count_subsets(k, max_size) < 2 ** 31
           and 2 * _table_bytes(k, max_size, 1) <= VMEM_BUDGET_BYTES)
 
 
@@ -151,7 +151,7 @@ def _tables(logits: jax.Array, pairs: jax.Array, q_pad: int):
   ell = jnp.take_along_axis(logits, order, axis=1)                      # [Q, K]
   a, c = _triangle(k)
   ell_a, ell_c = ell[:, a], ell[:, c]                                   # [Q, T]
-  # The gather form's expressions (enumeration._sorted_tables, _gather_query_last), so the
+  # The gather form's expressions (gather_colex.sorted_tables, _gather_query_last), so the
   # same bits: exp(min(ℓ_a − ℓ_c, 0)) and its product with ℓ_a.
   expo = jnp.exp(jnp.minimum(ell_a - ell_c, 0.0))
   wtd = expo * ell_a
@@ -247,8 +247,8 @@ def _best_kernel(ell_ref, expo_ref, wtd_ref, g_ref, best_ref, row_ref, *, k: int
   row_ref[...] = carry[1]
 
 
-def _check(logits: jax.Array, pairs: jax.Array, table: enumeration.SubsetTable) -> int:
-  enumeration._check_inputs(logits, pairs, table)
+def _check(logits: jax.Array, pairs: jax.Array, table: subsets.SubsetTable) -> int:
+  subsets.check_inputs(logits, pairs, table)
   q = logits.shape[0]
   if not isinstance(q, int):
     raise ValueError("the Pallas kernel needs a concrete batch size (exports use gather)")
@@ -256,13 +256,13 @@ def _check(logits: jax.Array, pairs: jax.Array, table: enumeration.SubsetTable) 
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
-def best_rows(logits: jax.Array, pairs: jax.Array, table: enumeration.SubsetTable,
+def best_rows(logits: jax.Array, pairs: jax.Array, table: subsets.SubsetTable,
               where: str | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
   """The best subset per query, kept on chip.
 
   Args:
     logits: f32[Q, K] ℓ of the shortlist; pairs: f32[Q, M − 1, K, K] G_m;
-    table: ``enumeration.subset_table(K, M)``.
+    table: ``subsets.subset_table(K, M)``.
     where: one of :data:`PLATFORMS` (default: :func:`platform` of the default backend; a
       device platform on the CPU only lowers, for ahead-of-time checks).
 
@@ -331,7 +331,7 @@ def _chunks(k: int, max_size: int, rows: int) -> tuple[np.ndarray, np.ndarray]:
       (ascending, padded with 0).
     keep: int64[n], for each table row its row in the padded output.
   """
-  table = enumeration.subset_table(k, max_size)
+  table = subsets.subset_table(k, max_size)
   starts, keep = [], []
   for m in range(1, max_size + 1):
     lo, hi = table.offsets[m - 1], table.offsets[m]
@@ -366,8 +366,8 @@ def _scores_kernel(start_ref, ell_ref, expo_ref, wtd_ref, g_ref, out_ref, *, k: 
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
-def score_subsets(logits: jax.Array, pairs: jax.Array, table: enumeration.SubsetTable,
-                  where: str | None = None) -> enumeration.SubsetScores:
+def score_subsets(logits: jax.Array, pairs: jax.Array, table: subsets.SubsetTable,
+                  where: str | None = None) -> subsets.SubsetScores:
   """Every subset's F with the Pallas kernel.
 
   Args and ``where`` as :func:`best_rows`.
@@ -413,4 +413,4 @@ def score_subsets(logits: jax.Array, pairs: jax.Array, table: enumeration.Subset
         name="hyset_subset_scores")
   out = call(jnp.asarray(starts), ell, expo, wtd, g)
   scores = out.reshape(nc * rows, q_pad)[keep].T[:q]
-  return enumeration.SubsetScores(scores, order)
+  return subsets.SubsetScores(scores, order)

@@ -17,17 +17,13 @@ Two paths compute the same outputs:
 - :func:`predict_prepared` (from a :class:`PreparedModel`, built once per model by
   :func:`prepare`): stage 1 is one [Q, d_r]×[d_r, N] product with P already applied to Z, G_m
   gathers rows of the precomputed Z M_m (K²·d per size), and the expansion reads the
-  neighbour table of :mod:`hyset_jax.inference.neighbors` (O(K1·K_pool) per query, exact; a batch with
-  a boundary tie is scanned in full). :func:`predict_batched` (``hyset predict``) uses it.
+  neighbour table of :mod:`hyset_jax.inference.neighbors` (O(K1·K_pool) per query, exact; a
+  batch with a boundary tie is scanned in full). :func:`predict_batched` (``hyset predict``)
+  uses it.
 
 Both run stage 2 as :func:`enumeration.best_subset` (the argmax without the [Q, n] scores).
-
-Filters (``QueryInputs.allowed``, bool[Q, N]; :mod:`hyset_jax.inference.masks`): a disallowed tool's ℓ is
--inf for the top K1 and its g the lowest finite value in the expansion, so the shortlist holds
-the allowed tools the unfiltered rules pick from the allowed library (disallowed ones only in
-its tail when fewer than K_pool are allowed); stage 2 scores any set holding one far below every
-all-allowed set, and every output slot one occupies reads -1. With a mask the expansion scans
-every tool (the neighbour table cannot know it); without one nothing of this is traced.
+Filters (``QueryInputs.allowed``, bool[Q, N]) act as :mod:`hyset_jax.inference.masks` says: the
+delivered set is the exact best set over the allowed tools, and a disallowed slot reads -1.
 """
 from __future__ import annotations
 
@@ -39,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hyset_jax import choices
-from hyset_jax.inference import backends, enumeration, masks, neighbors
+from hyset_jax.inference import backends, enumeration, masks, neighbors, subsets
 from hyset_jax.model import query_inputs, scoring, set_prior
 from hyset_jax.training import sharding
 from hyset_jax.inference.rankings import rank_tools
@@ -47,9 +43,7 @@ from hyset_jax.model.query_inputs import QueryInputs
 from hyset_jax.model.scoring import HysetParams
 
 Ranking = choices.Ranking
-# Ranking methods for Recall/NDCG/COMP@K (the delivered set is the exact argmax of Eq. 14 for
-# every one of them); the names live in hyset_jax.choices. DEFAULT_RANKING is used when
-# neither the caller nor the model directory names one.
+# Ranking methods (hyset_jax.choices); DEFAULT_RANKING when no caller or model names one.
 RANKINGS = choices.RANKINGS
 DEFAULT_RANKING: Ranking = choices.DEFAULT_RANKING
 # The expansion's g and tie key of a disallowed tool: finite, so it stays above S0's -inf.
@@ -143,20 +137,23 @@ def _stage2(sl: Shortlist, pairs: jax.Array, *, k_pool: int, max_size: int,
             backend: backends.Backend, rankings: tuple[Ranking, ...],
             prior: scoring.SetPrior | None = None,
             query_emb: jax.Array | None = None,
-            allowed: jax.Array | None = None) -> tuple[Reranked, ...]:
+            allowed: jax.Array | None = None,
+            abstention: scoring.Abstention | None = None) -> tuple[Reranked, ...]:
   """Stage 2 once and the shortlist ranked by each of ``rankings`` (the set fields shared).
 
   With a seen-set ``prior`` (which reads ``query_emb``), Ê is the argmax of F' = F + the
   prior's bonus: the enumeration's argmax of F unless a seen set beats it
   (:func:`set_prior.seen_sets`). ``allowed``: bool[Q, K_pool], the shortlist slots a filter
   allows (None: all); the others are penalised (:func:`masks.penalise`) and read -1 in rankings.
+  With ``abstention`` (which reads ``query_emb``) the set is empty (size 0, -1s) for the
+  queries it answers with no tool (:func:`scoring.no_tool`); the rankings and the score stay.
   """
   tools = sl.tools
   if allowed is not None:
     logits, pairs = masks.penalise(sl.logits, pairs, allowed, max_size)
     sl = Shortlist(sl.tools, logits)
     tools = jnp.where(allowed, sl.tools, _NO_ROW)  # the prior sees no set holding one
-  table = enumeration.subset_table(k_pool, max_size)
+  table = subsets.subset_table(k_pool, max_size)
   best = enumeration.best_subset(sl.logits, pairs, table, backend.name)
   # Members in ascending shortlist position, padding (K_pool) last.
   pos = jnp.sort(jnp.where(best.mask[:, 0], best.positions[:, 0], k_pool), axis=1)
@@ -168,6 +165,9 @@ def _stage2(sl: Shortlist, pairs: jax.Array, *, k_pool: int, max_size: int,
   valid = pos < k_pool
   set_tools = jnp.where(valid, jnp.take_along_axis(sl.tools, jnp.minimum(pos, k_pool - 1), 1), -1)
   set_tools, set_size = set_tools.astype(jnp.int32), jnp.sum(valid, 1).astype(jnp.int32)
+  if abstention is not None:
+    none = scoring.no_tool(abstention, query_emb)
+    set_tools, set_size = jnp.where(none[:, None], -1, set_tools), jnp.where(none, 0, set_size)
   return tuple(Reranked(set_tools, set_size, score,
                         _rows(sl.tools, rank_tools(sl.logits, pairs, pos, r, max_size, backend,
                                                    seen, allowed), allowed))
@@ -209,7 +209,8 @@ def rerank(params: HysetParams, x: QueryInputs | jax.Array, sl: Shortlist, *, k_
   return _stage2(sl, pairs, k_pool=k_pool, max_size=max_size,
                  backend=backends.get(method, k_pool, max_size),
                  rankings=(DEFAULT_RANKING if ranking is None else ranking,),
-                 prior=params.prior, query_emb=emb, allowed=_slots(x, sl.tools))[0]
+                 prior=params.prior, query_emb=emb, allowed=_slots(x, sl.tools),
+                 abstention=params.abstain)[0]
 
 
 def _prediction(sl: Shortlist, r: Reranked, allowed: jax.Array | None = None) -> Prediction:
@@ -227,7 +228,7 @@ def predict(params: HysetParams, x: QueryInputs | jax.Array, *, k1: int, k_pool:
   Args:
     params: θ; ``params.interactions`` must hold at least M − 1 matrices (M_2..M_M are used).
     x: the queries (:class:`QueryInputs`, or the f32[Q, d_r] embedding alone).
-    k1, k_pool, max_size: K1, K_pool, M (validate with :func:`enumeration.validate_sizes`).
+    k1, k_pool, max_size: K1, K_pool, M (validate with :func:`subsets.validate_sizes`).
     method: the enumeration implementation.
     ranking: a :data:`hyset_jax.choices.RANKINGS` name; None means the model's default, which
       for bare θ is :data:`DEFAULT_RANKING`.
@@ -250,8 +251,7 @@ def truncate(params: HysetParams, max_size: int) -> HysetParams:
   return params._replace(interactions=params.interactions[:max_size - 1], conditioned=qi)
 
 
-# ---------------------------------------------------------------------------------------------
-# The prepared model: per-model products computed once.
+# --- The prepared model: per-model products computed once. ---------------------------------
 
 
 class PreparedModel(NamedTuple):
@@ -415,7 +415,8 @@ def _predict_prepared(prep: PreparedModel, x: QueryInputs, k1: int, k_pool: int,
   return tuple(_prediction(sl, r, allowed)
                for r in _stage2(sl, pairs, k_pool=k_pool, max_size=max_size, backend=backend,
                                 rankings=rankings, prior=prep.params.prior,
-                                query_emb=x.embedding, allowed=allowed))
+                                query_emb=x.embedding, allowed=allowed,
+                                abstention=prep.params.abstain))
 
 
 @functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "ranking"))
@@ -435,9 +436,8 @@ def predict_prepared_rankings(prep: PreparedModel, x: QueryInputs | jax.Array, *
                               k_pool: int, max_size: int, rankings: tuple[Ranking, ...],
                               method: enumeration.Method = enumeration.DEFAULT_METHOD
                               ) -> tuple[Prediction, ...]:
-  """:func:`predict_prepared` for several ranking methods in one program: stage 1, the
-  expansion and stage 2 run once, and the i-th Prediction ranks by ``rankings[i]`` (the other
-  fields are the same in all). What choosing a ranking on validation data runs."""
+  """:func:`predict_prepared` for several ranking methods in one program (stage 1, the expansion
+  and stage 2 once; the i-th Prediction ranks by ``rankings[i]``, its other fields shared)."""
   return _predict_prepared(prep, x, k1, k_pool, max_size, method, rankings)
 
 
@@ -453,16 +453,14 @@ def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndar
 
   Args:
     model: θ (prepared here) or a :class:`PreparedModel` (prepared with this ``max_size``).
-    x: the queries (:class:`QueryInputs` with what the model's terms need, e.g. the lexical
-      scores; an f32[Q, d_r] array is the embedding alone). ValueError when a term's input is
-      missing.
+    x: the queries (:class:`QueryInputs` with what the model's terms need, e.g. lexical scores,
+      else ValueError; an f32[Q, d_r] array is the embedding alone).
     k1, k_pool, max_size, method, ranking: as :func:`predict`.
     batch_size: queries per call; the last chunk is padded so every call has the same shape.
     progress: show a progress bar.
     neighbor_table: when ``model`` is θ, whether to build the neighbour table; None: when it
       pays for itself here (Q·K1 ≥ N: the table costs N²·d, a full scan N·K1·d per query).
-    rankings: instead of ``ranking``, several methods at once
-      (:func:`predict_prepared_rankings`: one stage 2 for all of them).
+    rankings: instead of ``ranking``, several methods at once (one stage 2 for all of them).
 
   Returns:
     Prediction of NumPy arrays; with ``rankings``, one per method, in that order.
@@ -472,7 +470,7 @@ def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndar
   names = tuple(rankings) if rankings is not None else (ranking or DEFAULT_RANKING,)
   params = model.params if isinstance(model, PreparedModel) else model
   num_tools = int(params.tool_embeddings.shape[0])
-  enumeration.validate_sizes(k_pool, max_size, k1=k1, num_tools=num_tools)
+  subsets.validate_sizes(k_pool, max_size, k1=k1, num_tools=num_tools)
   x = query_inputs.check(query_inputs.of(x), params)
   n = x.num_queries
   if not isinstance(model, PreparedModel):
@@ -480,8 +478,7 @@ def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndar
       neighbor_table = n * k1 >= num_tools
     model = prepare(model, max_size=max_size, k_pool=k_pool, neighbor_table=neighbor_table)
   batch_size = max(1, min(batch_size, n))
-  chunks = []
-  starts = range(0, n, batch_size)
+  chunks, starts = [], range(0, n, batch_size)
   if progress:
     from tqdm import tqdm
     starts = tqdm(starts, desc="predict", unit="batch")

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hyset_jax import choices
-from hyset_jax.inference import backends, enumeration
+from hyset_jax.inference import backends, enumeration, subsets
 from hyset_jax.io import model_format
 from hyset_jax.model import scoring, set_prior, terms
 from hyset_jax.errors import UserError
@@ -56,10 +56,10 @@ def _first_then_by_logit(first: jax.Array, logits: jax.Array) -> jax.Array:
 def _per_tool(logits: jax.Array, pairs: jax.Array, max_size: int, pool: str) -> jax.Array:
   """The mean or the max of F over the shortlist subsets containing each tool: f32[Q, K]."""
   k = logits.shape[1]
-  table = enumeration.subset_table(k, max_size)
+  table = subsets.subset_table(k, max_size)
   sub = enumeration.score_subsets(logits, pairs, table, "gather")       # [Q, n], table order
   # Member incidence f32[K, n] in table order: the matmul scorer's A_m, sizes side by side.
-  incidence = np.concatenate([a for a, _ in enumeration._incidence(k, max_size)], axis=1)
+  incidence = np.concatenate([a for a, _ in subsets.incidence(k, max_size)], axis=1)
   if pool == "mean":
     per_slot = (sub.scores @ incidence.T) / incidence[0].sum()          # [Q, K], table slots
   else:
@@ -78,7 +78,7 @@ def _set_mean_key(logits: jax.Array, pairs: jax.Array, max_size: int,
                          None if seen is None else seen.member_bonus)
   mean = set_mean(logits, pairs, max_size)
   if seen is not None:  # each tool lies in the same number of subsets
-    mean = mean + seen.member_bonus / enumeration.subsets_containing(logits.shape[1], max_size)
+    mean = mean + seen.member_bonus / subsets.subsets_containing(logits.shape[1], max_size)
   return mean
 
 
@@ -88,9 +88,9 @@ def _allowed_mean(logits: jax.Array, pairs: jax.Array, max_size: int, allowed: j
   seen sets' ``bonus`` f32[Q, K] summed per tool (seen sets with a disallowed member carry
   none); -inf for disallowed slots. f32[Q, K] in shortlist order."""
   k = logits.shape[1]
-  table = enumeration.subset_table(k, max_size)
+  table = subsets.subset_table(k, max_size)
   sub = enumeration.score_subsets(logits, pairs, table, "gather")       # [Q, n], table order
-  incidence = np.concatenate([a for a, _ in enumeration._incidence(k, max_size)], axis=1)
+  incidence = np.concatenate([a for a, _ in subsets.incidence(k, max_size)], axis=1)
   slot_ok = jnp.take_along_axis(allowed, sub.positions, axis=1)         # [Q, K], table slots
   valid = ((~slot_ok).astype(jnp.float32) @ incidence) == 0              # [Q, n]
   # A penalised subset's score is finite: times 0 it leaves the sum.

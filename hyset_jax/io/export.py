@@ -37,7 +37,7 @@ import numpy as np
 from hyset_jax import choices
 from hyset_jax.io import modeldir
 from hyset_jax.errors import UserError
-from hyset_jax.io_utils import atomic_dir
+from hyset_jax.io_utils import atomic_dir, output_dir
 from hyset_jax.model.query_inputs import QueryInputs
 
 FORMATS = ("hyset", "npz", "projector", "stablehlo", "onnx")
@@ -54,6 +54,21 @@ MARKERS = {"hyset": (modeldir.MANIFEST_FILE, modeldir.PARAMS_FILE), "npz": (NPZ_
 
 
 # --------------------------------------------------------------------------- directories
+
+def check_out(out: str | os.PathLike, force: bool, fmt: str, inputs=(),
+              what: str | None = None) -> pathlib.Path:
+  """``--out`` of a ``fmt`` directory (a format of :data:`MARKERS`, or ``hyset-pytorch``),
+  checked before any work by :func:`hyset_jax.io_utils.output_dir` with the format's marker
+  files: ``--force`` replaces only an earlier output of the same format. The one guard of
+  ``hyset export`` and ``hyset import`` (whose output is a ``hyset`` model directory)."""
+  if fmt == "hyset-pytorch":
+    # Written by hyset_jax.io.peer, not here; imported on use like the other peer code.
+    from hyset_jax.io.peer.convert import CHECKPOINT_FILE
+    marker = (CHECKPOINT_FILE,)
+  else:
+    marker = MARKERS[fmt]
+  return output_dir(out, force, marker=marker, inputs=inputs, what=what or f"{fmt} export")
+
 
 # --------------------------------------------------------------------------- npz
 

@@ -79,6 +79,7 @@ class Model(NamedTuple):
                                                #  weight f32[] λ, floor f32[] log τ)
   lexical_weight: float | None = None  # β of the lexical term
   lexical: dict | None = None  # lexical.json: {"tokenizer", "k1", "b", "tool_texts"}
+  abstain: tuple[np.ndarray, ...] | None = None  # (w f32[d_r], b f32[], threshold f32[] τ)
 
   @property
   def terms(self) -> tuple[str, ...]:
@@ -330,7 +331,10 @@ def from_tensors(tensors: dict, manifest: dict, where, tensors_where,
       name = SCHEMA["terms"]["lexical"]["file"]
       raise ModelError(f"{where}: the lexical term needs its file {name} (the tool texts its "
                        f"BM25 index is built from)")
-    groups["lexical_weight"] = float(groups["lexical_weight"][0])
+  for term in terms:  # a term of one scalar tensor is held as a float
+    specs = SCHEMA["terms"][term]["tensors"]
+    if len(specs) == 1 and not specs[0]["shape"]:
+      groups[term_field(term)] = float(groups[term_field(term)][0])
   model = Model(t["tool_embeddings"], t["projection"],
                 np.stack([t[f"interaction_{k}"] for k in range(2, m + 1)]), tuple(tool_ids), m,
                 k1, k_pool, encoder, ranking=ranking, lexical=lexical if "lexical" in terms

@@ -17,7 +17,8 @@ Layout::
   manifest.json        {"format": FORMAT, "terms": [...], "tool_ids": [...N ids, row
                         order...], "max_set_size": M, "k1": K1, "k_pool": K_pool,
                         "query_encoder": "..." or null,
-                        "ranking": "greedy"|"logit"|"set-first"|"set-mean"|"set-max"}
+                        "ranking": "greedy"|"logit"|"set-first"|"set-mean"|"set-max",
+                        "fits": [...] (optional: what training chose after θ, a record)}
 
 Loading validates everything and raises :class:`UserError` naming the tensor or field at fault.
 Writing goes to a temporary directory renamed into place, so a killed export never leaves a
@@ -61,6 +62,10 @@ class ModelDir:
   ranking: str | None = None   # the default ranking method; None = inference.DEFAULT_RANKING
   # The lexical term's BM25 index (its file: the tool texts); set exactly when the term is.
   lexical: lexical_lib.LexicalIndex | None = None
+  # What training chose after θ (hyset_jax.training.post_theta): per fitted term, each
+  # candidate's validation score and the one chosen. A record for the reader, written as the
+  # manifest's "fits"; not read back (a library edit makes it stale, so the edit drops it).
+  fits: tuple[dict, ...] = ()
 
   @property
   def default_ranking(self) -> str:
@@ -87,7 +92,8 @@ class ModelDir:
   def manifest(self) -> dict:
     return {"format": FORMAT, "terms": list(self.terms), "tool_ids": list(self.tool_ids),
             "max_set_size": self.max_set_size, "k1": self.k1, "k_pool": self.k_pool,
-            "query_encoder": self.query_encoder, "ranking": self.default_ranking}
+            "query_encoder": self.query_encoder, "ranking": self.default_ranking} | (
+                {"fits": list(self.fits)} if self.fits else {})
 
 
 def _user_errors(fn, *args):
@@ -136,6 +142,12 @@ def load_model_dir(path: str | os.PathLike) -> ModelDir:
     if not (path / f).is_file():
       raise UserError(f"model directory {path} has no {f}")
   return from_model(_user_errors(model_format.read_dir, path), path)
+
+
+def load_best(path: str | os.PathLike) -> tuple[pathlib.Path, ModelDir]:
+  """(directory, model) of a model directory or a ``hyset train`` workdir (its best/)."""
+  source = best_model_dir(path)
+  return source, load_model_dir(source)
 
 
 def lexical_document(index: lexical_lib.LexicalIndex) -> dict:

@@ -43,6 +43,9 @@ The rules, float32 throughout as in JAX:
   embedding itself), F' = F for the others; the best set is the first maximum of F' in the
   order above (``hyset predict`` keeps the argmax of F unless a prior set is strictly above it:
   the two differ only on exact ties). ``set-mean`` and ``set-max`` use F'; ``greedy`` is refused.
+- Abstention (``abstain``: ``abstain_w`` w, ``abstain_b`` b, ``abstain_threshold`` τ): the set
+  is empty where r · w + b ≥ τ, r the query embedding ("no tool needed"); ``set_score`` and the
+  ranking are reported as without it.
 - Ranking (``--ranking``, default the manifest's ``ranking``, else ``greedy``): ``greedy`` is M
   greedy picks (A_k = A_{k−1} ∪ argmax_t F(A_{k−1} ∪ {t}), ties to the earlier shortlist
   position), then the rest of the shortlist by descending ℓ (ties: earlier position); ``logit``
@@ -311,7 +314,8 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
 
   Args:
     tools: int[Q, K] tool rows in shortlist order; logits: f32[Q, K] their ℓ.
-    queries: f32[Q, d_r], needed only by a model with the query-conditioned set term.
+    queries: f32[Q, d_r], needed only by a model with the query-conditioned set term, the
+      seen-set prior or abstention.
     ranking: ``greedy`` (M greedy picks under F, then the rest by ℓ), ``logit`` (the shortlist
       order), ``set-first`` (the best set, then the rest, each by ℓ) or ``set-mean`` (by the
       mean F of the subsets containing each tool); default: the model's
@@ -372,6 +376,12 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
                            axis=1)
   ranking_rows = np.where(np.take_along_axis(ok, order, axis=1),
                           np.take_along_axis(tools, order, axis=1), -1)
+  if model.abstain is not None:  # no tool for these queries; the ranking stays
+    if queries is None:
+      raise ModelError("this model abstains (term abstain): stage2 needs the queries")
+    w, b, tau = model.abstain
+    none = np.asarray(queries, np.float32) @ w + np.float32(b) >= np.float32(tau)
+    sets = [[] if none[i] else s for i, s in enumerate(sets)]
   return [[int(tools[i, pos]) for pos in s] for i, s in enumerate(sets)], scores, ranking_rows
 
 

@@ -28,13 +28,14 @@ def _with_tools(model, tool_ids: tuple[str, ...], z: np.ndarray, rows: np.ndarra
   """``model`` over a new library: ``rows`` int[N_old] is each old row's new row (-1: removed),
   ``added_texts`` the texts of the rows that are new (for a term that keeps tool texts)."""
   from hyset_jax.model import terms
-  from hyset_jax.inference.enumeration import validate_sizes
+  from hyset_jax.inference.subsets import validate_sizes
   try:
     validate_sizes(model.k_pool, model.max_set_size, k1=model.k1, num_tools=len(tool_ids))
   except UserError as e:
     raise UserError(f"the edited library would have {len(tool_ids)} tools: {e}") from None
   params = model.params._replace(tool_embeddings=np.asarray(z, np.float32))
-  edited = dataclasses.replace(model, params=params, tool_ids=tool_ids, path=None)
+  edited = dataclasses.replace(model, params=params, tool_ids=tool_ids, path=None,
+                               fits=())  # chosen for the old library: no longer a record of it
   for term in terms.carried(model.params):
     if term.refers_to_rows:
       edited = term.reindex(edited, rows, added_texts)

@@ -11,9 +11,9 @@ term adds the query's BM25 scores, scaled to its best match, to every tool's log
 match keeps b in [0, 1] whatever the library size and the query length, so β is in nats of ℓ:
 the best lexical match gains β. β ≥ 0 is chosen on validation after θ is trained, with the
 ranking (β = 0, the model without the term, competes and wins ties;
-:func:`hyset_jax.evaluation.evaluator.choose_lexical`). ℓ' replaces ℓ everywhere — the shortlist, the
-expansion's tie-breaks, F_align and the rankings — so the delivered set is still the exact
-argmax of F over every subset of the (new) shortlist.
+:mod:`hyset_jax.model.terms.lexical`, :mod:`hyset_jax.training.post_theta`). ℓ' replaces ℓ
+everywhere — the shortlist, the expansion's tie-breaks, F_align and the rankings — so the
+delivered set is still the exact argmax of F over every subset of the (new) shortlist.
 
 BM25 is Okapi BM25 as ``bm25s`` computes it (Lucene variant, k1 = 1.5, b = 0.75) over the tool
 texts, each text split into lower-case words by :func:`hyset_jax.retrievers.bm25.normalize_text`

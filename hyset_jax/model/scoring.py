@@ -61,6 +61,26 @@ class QueryInteraction(NamedTuple):
   b: jax.Array
 
 
+class Abstention(NamedTuple):
+  """Abstention beside F (not in the paper; off by default; :mod:`hyset_jax.model.terms.abstain`):
+  the empty set is delivered when the query's no-tool score u(r) = r · w + b (the log-odds of a
+  logistic classifier on the query embedding r) is at least τ.
+
+  Attributes:
+    w: f32[d_r].
+    b: f32[].
+    threshold: f32[] τ.
+  """
+  w: jax.Array
+  b: jax.Array
+  threshold: jax.Array
+
+
+def no_tool(abstention: Abstention, query_emb: jax.Array) -> jax.Array:
+  """bool[B]: the queries f32[B, d_r] abstention answers with the empty set."""
+  return query_emb @ abstention.w + abstention.b >= abstention.threshold
+
+
 class SetPrior(NamedTuple):
   """The seen-set prior beside F (not in the paper; off by default; :mod:`hyset_jax.model.set_prior`).
 
@@ -95,6 +115,8 @@ class HysetParams(NamedTuple):
     lexical_weight: β ≥ 0 of the lexical term, f32[], or None (the paper's model): ℓ' = ℓ +
       β · b(x, t) with b the query's BM25 scores over its best (:mod:`hyset_jax.model.lexical`).
       Chosen on validation after θ, like the prior.
+    abstain: abstention, or None (the paper's model: a set is always delivered). Fitted after θ
+      (:mod:`hyset_jax.model.terms.abstain`).
   """
   tool_embeddings: jax.Array
   projection: jax.Array
@@ -103,6 +125,7 @@ class HysetParams(NamedTuple):
   conditioned: QueryInteraction | None = None
   prior: SetPrior | None = None
   lexical_weight: jax.Array | None = None
+  abstain: Abstention | None = None
 
   @property
   def max_set_size(self) -> int:

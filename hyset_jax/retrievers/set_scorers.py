@@ -12,8 +12,8 @@ generator; the validation loss over a fixed pool of the validation queries is re
 ``eval_every`` steps and the best parameters kept (early stopping, ``patience``).
 
 Decoding: every subset of S of size 1..M is scored (the enumeration tables of
-:mod:`hyset_jax.inference.enumeration`; Σ_{m ≤ 3} C(20, m) = 1,350 sets a query on ToolLens, as HYSET's
-Eq. 14) and the argmax is the predicted set. The ranking, chosen on validation between two of
+:mod:`hyset_jax.inference.subsets`; Σ_{m ≤ 3} C(20, m) = 1,350 sets a query on ToolLens, as
+HYSET's Eq. 14) and the argmax is the predicted set. The ranking, chosen on validation between two of
 HYSET's rankings: ``set-first`` (the set's members, then the rest of S by ℓ) or ``set-max``
 (S by the best score of any set holding the tool, ties by ℓ).
 """
@@ -27,7 +27,8 @@ import numpy as np
 
 from hyset_jax.data.types import Query, ToolLibrary
 from hyset_jax.errors import UserError
-from hyset_jax.retrievers import set_scorer_nets as nets
+# The module itself, not through the package: hyset_jax/retrievers/__init__.py imports this one.
+import hyset_jax.retrievers.set_scorer_nets as nets
 from hyset_jax.retrievers.base import Retrieval
 from hyset_jax.retrievers.shortlist import (SetBaselineConfig, Stage1, choose, fit_stage1,
                                             query_rows, rank_quality, to_retrieval)
@@ -275,7 +276,7 @@ class SetScorerRetriever:
   def __init__(self, kind: str, stage1: Stage1, params: dict[str, np.ndarray],
                config: SetBaselineConfig, ranking: str = "set-first",
                info: dict[str, Any] | None = None):
-    from hyset_jax.inference.enumeration import subset_table
+    from hyset_jax.inference.subsets import subset_table
     self.kind, self.stage1, self.params, self.config = kind, stage1, params, config
     self.ranking, self.info = ranking, info or {}
     self.tool_ids = stage1.tool_ids

@@ -41,13 +41,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
-from hyset_jax.inference import filters
+from hyset_jax.errors import FieldError
 from hyset_jax.serve import policies as policies_lib
 from hyset_jax.serve.batching import MicroBatcher
 from hyset_jax.serve.policies import ToolsFilter
 from hyset_jax.serve.catalogue import (Catalogue, Ticket, ToolIn, UpdateRequest, batch_key,
                                        run_batch)
-from hyset_jax.serve.retriever import RANKINGS, FieldError, Retriever, check_text
+from hyset_jax.serve.retriever import RANKINGS, Retriever, check_text
 
 log = logging.getLogger("hyset.serve")
 
@@ -212,7 +212,7 @@ def create_app(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float 
       options = dataclasses.replace(options, allowed=r.allowed(wanted, access.tools))
     except policies_lib.AuthError as e:
       return error(e.status, "authorization", e.message)
-    except (FieldError, filters.FilterError) as e:
+    except FieldError as e:
       return error(422, e.field, e.message)
     try:
       # wait_for cancels the request's future on timeout: the batcher skips it if not yet run.
@@ -233,6 +233,7 @@ def create_app(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float 
     return {"status": "ok", "tools": r.num_tools, "catalogue_version": snapshot.version,
             "max_set_size": m.max_set_size, "k1": m.k1, "k_pool": m.k_pool,
             "query_encoder": m.query_encoder, "rankings": list(r.rankings),
+            "terms": list(m.terms),  # e.g. "abstain": a request may get "set": []
             "batching": batcher.stats.as_dict()}
 
   return app

@@ -32,7 +32,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from hyset_jax.data.tooltext import definition, render_tool, schema_metadata
-from hyset_jax.serve.retriever import FieldError, Options, Retriever, check_text
+from hyset_jax.errors import FieldError
+from hyset_jax.serve.retriever import Options, Retriever, check_text
 
 log = logging.getLogger("hyset.serve")
 

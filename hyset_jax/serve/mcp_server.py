@@ -39,12 +39,12 @@ import dataclasses
 from mcp.server.mcpserver import Context
 from pydantic import BaseModel, Field
 
-from hyset_jax.inference import filters
+from hyset_jax.errors import FieldError
 from hyset_jax.serve import policies as policies_lib
 from hyset_jax.serve.batching import MicroBatcher
 from hyset_jax.serve.policies import ToolsFilter
 from hyset_jax.serve.catalogue import Catalogue, Ticket, ToolIn, batch_key, run_batch
-from hyset_jax.serve.retriever import FieldError, Retriever, check_text
+from hyset_jax.serve.retriever import Retriever, check_text
 
 log = logging.getLogger("hyset.serve")
 
@@ -152,7 +152,7 @@ def build_server(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: floa
       options = r.options(max_size=max_size)
       wanted = tools.as_filter() if tools is not None else None
       options = dataclasses.replace(options, allowed=r.allowed(wanted, policy))
-    except (FieldError, filters.FilterError) as e:
+    except FieldError as e:
       raise ToolError(str(e)) from None
     try:
       row, = await asyncio.wait_for(batcher.submit([query], Ticket(snapshot, options)),

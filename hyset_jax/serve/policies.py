@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from hyset_jax.inference import filters
-from hyset_jax.errors import UserError
+from hyset_jax.errors import FieldError, UserError
 
 
 class ToolsFilter(BaseModel):
@@ -98,7 +98,7 @@ def _access(obj: Any, where: str) -> Access:
   rest = {k: v for k, v in obj.items() if k != "update_tools"}
   try:
     return Access(filters.from_json(rest, where), update)
-  except filters.FilterError as e:
+  except FieldError as e:
     raise UserError(f"{e.field}: {e.message} (expected allow, deny, tags, update_tools)"
                     ) from None
 
@@ -133,7 +133,7 @@ def load(path: str | pathlib.Path, index: filters.FilterIndex | None = None) -> 
     for where, access in named + ([("default", default)] if default else []):
       try:
         index.mask(access.tools, where)
-      except filters.FilterError as e:
+      except FieldError as e:
         raise UserError(f"--policies {path}: {e.field}: {e.message}") from None
   return policies
 

@@ -29,7 +29,7 @@ from hyset_jax.inference import filters, pipeline
 from hyset_jax.model import terms
 from hyset_jax.model.query_inputs import QueryInputs
 from hyset_jax.data.tooltext import definition
-from hyset_jax.errors import UserError
+from hyset_jax.errors import FieldError, UserError
 
 # The values of the ``ranking`` request field (the model's recorded ranking is the default).
 RANKINGS: tuple[str, ...] = tuple(pipeline.RANKINGS)
@@ -37,15 +37,6 @@ RANKINGS: tuple[str, ...] = tuple(pipeline.RANKINGS)
 # (tokens) compiled at start-up; longer queries compile on first sight.
 ENCODER_ROWS = 8
 WARM_MAX_TOKENS = 128
-
-
-class FieldError(UserError):
-  """A bad request value; ``field`` names it (``max_size``, ``queries[2]``, ``body``)."""
-
-  def __init__(self, field: str, message: str):
-    super().__init__(f"{field}: {message}")
-    self.field = field
-    self.message = message
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,12 +155,8 @@ class Retriever:
     longer has are skipped); None when neither restricts anything. FieldError ``tools``
     when nothing is left."""
     index = self.filter_index
-    try:
-      mask = filters.intersect(index.mask(policy, "policy", strict=False, require=False),
-                               index.mask(request or filters.EVERYTHING, "tools",
-                                          require=False))
-    except filters.FilterError as e:
-      raise FieldError(e.field, e.message) from None
+    mask = filters.intersect(index.mask(policy, "policy", strict=False, require=False),
+                             index.mask(request or filters.EVERYTHING, "tools", require=False))
     if mask is not None and not mask.any():
       raise FieldError("tools", "no tool of the library is allowed (the request's filter "
                                 "within the API key's policy)")
@@ -323,13 +310,12 @@ def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *,
                    method: str = choices.DEFAULT_METHOD,
                    max_batch: int = 64, log=lambda msg: print(msg, file=sys.stderr)) -> Retriever:
   """A Retriever for a model directory (or `hyset train` workdir) and its query encoder."""
+  from hyset_jax.encoder import load_query_encoder
+  from hyset_jax.io.modeldir import load_best
   from hyset_jax.inference import neighbors
-  from hyset_jax.io import modeldir
-  from hyset_jax.io.modeldir import best_model_dir, data_spec
-  from hyset_jax.encoder import load_encoder
+  from hyset_jax.io.modeldir import data_spec
 
-  source = best_model_dir(model_path)
-  model = modeldir.load_model_dir(source)
+  source, model = load_best(model_path)
   if not tool_specs:
     spec = data_spec(source, None)
     tool_specs = (spec,) if spec else ()
@@ -337,11 +323,7 @@ def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *,
   if not model.query_encoder:
     raise UserError(f"{source}: the manifest names no query encoder (query_encoder is null), "
                     f"so text queries cannot be embedded; serve a model trained with an encoder")
-  encoder = load_encoder(model.query_encoder)
-  dim = int(model.params.projection.shape[0])
-  if encoder.dim != dim:
-    raise UserError(f"the query encoder {model.query_encoder!r} gives {encoder.dim}-d "
-                    f"embeddings; the model's projection expects d_r = {dim}")
+  encoder = load_query_encoder(model.query_encoder, int(model.params.projection.shape[0]))
   log(f"model {source}: {len(model.tool_ids)} tools, max_set_size {model.max_set_size}, "
       f"k1 {model.k1}, k_pool {model.k_pool}; {where}")
 

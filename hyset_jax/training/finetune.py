@@ -49,7 +49,7 @@ from hyset_jax.training import batches, train, workdir
 from hyset_jax import config as config_lib
 from hyset_jax.errors import UserError
 from hyset_jax.evaluation.evaluator import evaluate_split
-from hyset_jax.training.train_data import TrainingData, prepare_data
+from hyset_jax.training.train_data import QuerySet, TrainingData, prepare_data
 
 log = logging.getLogger("hyset_jax.training.finetune")
 
@@ -242,6 +242,40 @@ def theta_from_model_dir(path: str | pathlib.Path, data: TrainingData,
   return parameters.theta_of(params, mc)
 
 
+class _EncoderSide(NamedTuple):
+  """The trainable query encoder of a run; all None (and no tables) for mode ``frozen``.
+
+  encoder: the loaded encoder; spec, frozen, params: :func:`tuning.split_encoder`'s parts
+  (params: the trainable pytree before any step); tables: per split role ("train",
+  "validation", "test"), its texts as a :class:`TextTable`.
+  """
+  encoder: Any
+  spec: Any
+  frozen: Any
+  params: Any
+  tables: dict[str, Any]
+
+
+class _Run(NamedTuple):
+  """What the steps of one :func:`finetune` call read: the configs, the data, the split names
+  by role (only the roles the data has), the training queries and the encoder side."""
+  config: config_lib.Config
+  tune: EncoderTuneConfig
+  data: TrainingData
+  splits: dict[str, str]
+  train_qs: QuerySet
+  side: _EncoderSide
+
+
+class _Trained(NamedTuple):
+  """The training loop's result: the final state, each step's seconds and loss, and the
+  loop's wall time in seconds."""
+  state: JointState
+  step_seconds: list[float]
+  losses: list[float]
+  seconds: float
+
+
 def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | pathlib.Path, *,
              data: TrainingData | None = None, init_model: str | pathlib.Path | None = None,
              force: bool = False, progress: bool = True, export: bool = True) -> dict[str, Any]:
@@ -263,14 +297,13 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
     (``validation``/``test`` names from the config), ``timing`` (seconds: cache building,
     median step, total), the trainable parameter count and the configs.
   """
-  from hyset_jax.encoder import encoder_reference, layer_cache, load_encoder, tuning
+  from hyset_jax.encoder import tuning
   from hyset_jax.io_utils import atomic_write, check_target, ensure_writable_dir
 
   config_lib.validate(config)
   validate_tune(tune, config)
   out = check_target(pathlib.Path(out), force)
   ensure_writable_dir(out, "output folder")  # before the run: a finished run must not fail here
-  tc, mc = config.train, config.model
   data = data or prepare_data(config)
   splits = {"train": config.data.train_split, "validation": config.data.val_split,
             "test": config.data.test_split}
@@ -278,80 +311,113 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
   train_qs = data.splits[splits["train"]]
 
   t_start = time.perf_counter()
-  encoder = spec = frozen = enc_params = None
-  tables: dict[str, Any] = {}
-  if tune.mode != "frozen":
-    encoder = load_encoder(mc.encoder or None)
-    if encoder_reference(mc.encoder or None) != data.query_encoder:
-      raise UserError(f"the prepared data was encoded with {data.query_encoder!r}, but "
-                      f"model.encoder loads {encoder_reference(mc.encoder or None)!r}")
-    layers = encoder.config.num_hidden_layers
-    if tune.mode == "top_layers" and tune.n_layers > layers:
-      raise UserError(f"tune.n_layers = {tune.n_layers}, but {encoder.name} has {layers} "
-                      f"blocks; use mode=full to train all of them")
-    spec, frozen, enc_params = tuning.split_encoder(
-        encoder, tune.mode, n_layers=tune.n_layers, lora_rank=tune.lora_rank,
-        lora_alpha=tune.lora_alpha, seed=tc.seed)
-    for key, name in splits.items():
-      texts = data.splits[name].texts
-      table = layer_cache.tokenize_table(encoder, texts)
-      if spec.from_hidden:
-        log.info("caching block-%d inputs of %d %s texts", spec.start_layer, len(texts), name)
-        table = layer_cache.with_lower_states(table, encoder, texts, spec.start_layer,
-                                              tune.cache_batch_size, progress=progress)
-      tables[key] = table
+  side = _encoder_side(tune, config.model, data, splits, config.train.seed, progress)
   t_cache = time.perf_counter() - t_start
+  run = _Run(config, tune, data, splits, train_qs, side)
 
-  def evaluate(theta, encoder_params) -> dict[str, dict[str, float]]:
-    hp = parameters.materialize(theta, mc)
-    result = {}
-    for key in ("validation", "test"):
-      if key not in splits:
-        continue
-      qs = data.splits[splits[key]]
-      if spec is not None and encoder_params is not None:
-        qs = dataclasses.replace(qs, embeddings=_embed_table(spec, frozen, encoder_params,
-                                                             tables[key], tune.cache_batch_size))
-      result[key] = evaluate_split(hp, qs, data.tool_ids, mc, tc.eval_batch_size)
-    return result
-
-  if init_model is not None:
-    theta = theta_from_model_dir(init_model, data, mc)
-  else:
-    theta = parameters.init_theta(data.tool_embeddings, train_qs.embeddings.shape[1], mc, tc.seed)
+  theta = _initial_theta(run, init_model)
   # Step 0: every mode starts as the frozen encoder (LoRA's B = 0), so the frozen vectors
   # give the "before" numbers (tests/test_encoder_tuning.py checks the equality).
-  before = evaluate(theta, None)
-  n_encoder_params = tuning.count_params(enc_params) if enc_params is not None else 0
-  optimizer = make_optimizer(config, tune)
-  params = {"theta": theta, "encoder": enc_params}
+  before = _evaluate(run, theta, None)
+  # Counted before the loop: the first step donates these buffers.
+  n_encoder_params = tuning.count_params(side.params) if side.params is not None else 0
+  trained = _train_loop(run, theta, progress)
+  after = _evaluate(run, trained.state.params["theta"], trained.state.params["encoder"])
+  summary = _summary(run, init_model, n_encoder_params, before, after, trained, t_cache)
+  if export:
+    _export(run, trained.state, out)
+  with atomic_write(out / "metrics.json") as f:
+    f.write(json.dumps(summary, indent=1) + "\n")
+  return summary
+
+
+def _encoder_side(tune: EncoderTuneConfig, mc: config_lib.ModelConfig, data: TrainingData,
+                  splits: dict[str, str], seed: int, progress: bool) -> _EncoderSide:
+  """Loads and splits the encoder and tokenizes every split (with the lower blocks' states
+  cached when only top blocks train). Returns the run's :class:`_EncoderSide`.
+
+  Raises:
+    UserError: the encoder is not the one the data was encoded with, or has fewer blocks
+      than ``tune.n_layers``.
+  """
+  if tune.mode == "frozen":
+    return _EncoderSide(None, None, None, None, {})
+  from hyset_jax.encoder import encoder_reference, layer_cache, load_encoder, tuning
+  encoder = load_encoder(mc.encoder or None)
+  if encoder_reference(mc.encoder or None) != data.query_encoder:
+    raise UserError(f"the prepared data was encoded with {data.query_encoder!r}, but "
+                    f"model.encoder loads {encoder_reference(mc.encoder or None)!r}")
+  layers = encoder.config.num_hidden_layers
+  if tune.mode == "top_layers" and tune.n_layers > layers:
+    raise UserError(f"tune.n_layers = {tune.n_layers}, but {encoder.name} has {layers} "
+                    f"blocks; use mode=full to train all of them")
+  spec, frozen, enc_params = tuning.split_encoder(
+      encoder, tune.mode, n_layers=tune.n_layers, lora_rank=tune.lora_rank,
+      lora_alpha=tune.lora_alpha, seed=seed)
+  tables: dict[str, Any] = {}
+  for key, name in splits.items():
+    texts = data.splits[name].texts
+    table = layer_cache.tokenize_table(encoder, texts)
+    if spec.from_hidden:
+      log.info("caching block-%d inputs of %d %s texts", spec.start_layer, len(texts), name)
+      table = layer_cache.with_lower_states(table, encoder, texts, spec.start_layer,
+                                            tune.cache_batch_size, progress=progress)
+    tables[key] = table
+  return _EncoderSide(encoder, spec, frozen, enc_params, tables)
+
+
+def _initial_theta(run: _Run, init_model: str | pathlib.Path | None) -> dict[str, jax.Array]:
+  """θ's starting leaves: those of ``init_model``, or the dense start."""
+  mc, data = run.config.model, run.data
+  if init_model is not None:
+    return theta_from_model_dir(init_model, data, mc)
+  return parameters.init_theta(data.tool_embeddings, run.train_qs.embeddings.shape[1], mc,
+                               run.config.train.seed)
+
+
+def _evaluate(run: _Run, theta, encoder_params) -> dict[str, dict[str, float]]:
+  """Metrics per split role ("validation", "test": those the data has) of θ, with queries
+  embedded by the encoder at ``encoder_params`` (None: the frozen vectors)."""
+  mc, side = run.config.model, run.side
+  hp = parameters.materialize(theta, mc)
+  result = {}
+  for key in ("validation", "test"):
+    if key not in run.splits:
+      continue
+    qs = run.data.splits[run.splits[key]]
+    if side.spec is not None and encoder_params is not None:
+      qs = dataclasses.replace(qs, embeddings=_embed_table(side.spec, side.frozen,
+                                                           encoder_params, side.tables[key],
+                                                           run.tune.cache_batch_size))
+    result[key] = evaluate_split(hp, qs, run.data.tool_ids, mc, run.config.train.eval_batch_size)
+  return result
+
+
+def _train_loop(run: _Run, theta: dict[str, jax.Array], progress: bool) -> _Trained:
+  """``train.num_steps`` joint steps from θ and the encoder's starting weights.
+
+  Returns the final state, the per-step seconds and losses, and the loop's wall time.
+
+  Raises:
+    UserError: a non-finite loss.
+  """
+  tc, mc, side = run.config.train, run.config.model, run.side
+  optimizer = make_optimizer(run.config, run.tune)
+  params = {"theta": theta, "encoder": side.params}
   state = JointState(params, optimizer.init(params))
-  step_fn = jax.jit(functools.partial(joint_step, spec=spec, mc=mc, tc=tc, optimizer=optimizer),
-                    donate_argnums=(0,))
-  current = np.array(train_qs.embeddings, np.float32)  # last seen r(x) per training query
-  n_train = len(train_qs.ids)
+  step_fn = jax.jit(functools.partial(joint_step, spec=side.spec, mc=mc, tc=tc,
+                                      optimizer=optimizer), donate_argnums=(0,))
+  current = np.array(run.train_qs.embeddings, np.float32)  # last seen r(x) per training query
   step_seconds, losses_seen = [], []
   bar = None
   if progress:
     from tqdm import tqdm
-    bar = tqdm(total=tc.num_steps, desc=f"finetune {tune.mode}", unit="step")
+    bar = tqdm(total=tc.num_steps, desc=f"finetune {run.tune.mode}", unit="step")
   t_loop = time.perf_counter()
   for step in range(tc.num_steps):
     t0 = time.perf_counter()
-    # The training loop's own batch: the same queries, pools and negatives for a step (its
-    # shortlist negatives from the last-seen vectors).
-    idx = batches.batch_indices(tc.seed, step, tc.batch_size, n_train)
-    pooled = batches.make_batch(step, parameters.materialize(state.params["theta"], mc),
-                                dataclasses.replace(train_qs, embeddings=current),
-                                range(tc.batch_size), num_tools=len(data.tool_ids), mc=mc, tc=tc,
-                                rewards={})
-    batch: dict[str, Any] = {"members": pooled.members, "mask": pooled.mask,
-                             "shortlist": pooled.shortlist}
-    if spec is None:
-      batch["query"] = pooled.query
-    else:
-      batch["text"] = tables["train"].batch(idx)
-    state, parts, query = step_fn(state, frozen, batch)
+    idx, batch = _joint_batch(run, state, current, step)
+    state, parts, query = step_fn(state, side.frozen, batch)
     loss = float(parts["loss"])
     if not math.isfinite(loss):
       raise UserError(f"non-finite training loss ({loss}) at step {step + 1}; lower "
@@ -364,36 +430,66 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
       bar.set_postfix(loss=f"{loss:.4f}")
   if bar is not None:
     bar.close()
-  t_train = time.perf_counter() - t_loop
-  after = evaluate(state.params["theta"], state.params["encoder"])
+  return _Trained(state, step_seconds, losses_seen, time.perf_counter() - t_loop)
+
+
+def _joint_batch(run: _Run, state: JointState, current: np.ndarray, step: int
+                 ) -> tuple[np.ndarray, dict[str, Any]]:
+  """Step ``step``'s batch for :func:`joint_step`; ``current``: the last-seen r(x) per
+  training query. Returns (the batch's training-query rows, the batch)."""
+  tc, mc, side = run.config.train, run.config.model, run.side
+  train_qs = run.train_qs
+  # The training loop's own batch: the same queries, pools and negatives for a step (its
+  # shortlist negatives from the last-seen vectors).
+  idx = batches.batch_indices(tc.seed, step, tc.batch_size, len(train_qs.ids))
+  pooled = batches.make_batch(step, parameters.materialize(state.params["theta"], mc),
+                              dataclasses.replace(train_qs, embeddings=current),
+                              range(tc.batch_size), num_tools=len(run.data.tool_ids), mc=mc,
+                              tc=tc, rewards={})
+  batch: dict[str, Any] = {"members": pooled.members, "mask": pooled.mask,
+                           "shortlist": pooled.shortlist}
+  if side.spec is None:
+    batch["query"] = pooled.query
+  else:
+    batch["text"] = side.tables["train"].batch(idx)
+  return idx, batch
+
+
+def _summary(run: _Run, init_model: str | pathlib.Path | None, n_encoder_params: int,
+             before: dict, after: dict, trained: _Trained, t_cache: float) -> dict[str, Any]:
+  """The run's ``metrics.json`` content."""
+  tc, losses_seen, step_seconds = run.config.train, trained.losses, trained.step_seconds
   # The first steps compile (one executable per length bucket): the median is the cost of a
   # compiled step.
-  summary = {
-      "mode": tune.mode,
+  return {
+      "mode": run.tune.mode,
       "steps": tc.num_steps,
       "batch_size": tc.batch_size,
-      "train_queries": n_train,
+      "train_queries": len(run.train_qs.ids),
       "init_model": str(init_model) if init_model is not None else None,
       "encoder_trainable_params": n_encoder_params,
       "before": before,
       "after": after,
       "loss_first": losses_seen[0] if losses_seen else None,
       "loss_last_10": float(np.mean(losses_seen[-10:])) if losses_seen else None,
-      "timing": {"cache_s": round(t_cache, 2), "train_s": round(t_train, 2),
+      "timing": {"cache_s": round(t_cache, 2), "train_s": round(trained.seconds, 2),
                  "median_step_s": round(float(np.median(step_seconds)), 4)
                  if step_seconds else None},
-      "tune": dataclasses.asdict(tune),
-      "config": config.to_dict(),
+      "tune": dataclasses.asdict(run.tune),
+      "config": run.config.to_dict(),
   }
-  if export:
-    query_encoder = data.query_encoder
-    if encoder is not None:
-      from hyset_jax.encoder.st_export import save_sentence_transformer
-      tuned = tuning.merged_model(spec, frozen, state.params["encoder"])
-      enc_dir = save_sentence_transformer(tuned, encoder, out / "encoder", force=True)
-      query_encoder = str(enc_dir.resolve())
-    workdir.export_model(parameters.materialize(state.params["theta"], mc), data.tool_ids,
-                         query_encoder, mc, out / "model", force=True)
-  with atomic_write(out / "metrics.json") as f:
-    f.write(json.dumps(summary, indent=1) + "\n")
-  return summary
+
+
+def _export(run: _Run, state: JointState, out: pathlib.Path) -> None:
+  """Writes out/encoder (the tuned encoder, not for mode frozen) and out/model (θ, whose
+  query encoder is out/encoder's absolute path, or the data's for mode frozen)."""
+  mc, side = run.config.model, run.side
+  query_encoder = run.data.query_encoder
+  if side.encoder is not None:
+    from hyset_jax.encoder import tuning
+    from hyset_jax.encoder.st_export import save_sentence_transformer
+    tuned = tuning.merged_model(side.spec, side.frozen, state.params["encoder"])
+    enc_dir = save_sentence_transformer(tuned, side.encoder, out / "encoder", force=True)
+    query_encoder = str(enc_dir.resolve())
+  workdir.export_model(parameters.materialize(state.params["theta"], mc), run.data.tool_ids,
+                       query_encoder, mc, out / "model", force=True)

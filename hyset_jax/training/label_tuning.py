@@ -222,6 +222,29 @@ def _plot(rows: list[dict], evals: list[dict], path: pathlib.Path) -> None:
   save_png(fig, path)
 
 
+class _EncoderSide(NamedTuple):
+  """The encoder being tuned: the loaded encoder, :func:`tuning.split_encoder`'s parts
+  (params: the trainable pytree before any step) and the "train" and "validation" texts as
+  :class:`TextTable`s."""
+  encoder: Any
+  spec: Any
+  frozen: Any
+  params: Any
+  tables: dict[str, Any]
+
+
+class _Tuned(NamedTuple):
+  """The training loop's result: the evaluations (step 0 first), the step and host copy of
+  the encoder with the lowest validation loss, per-step training rows and seconds, and the
+  loop's wall time in seconds."""
+  evals: list[dict[str, float]]
+  best_step: int
+  best_encoder: Any
+  rows: list[dict]
+  step_seconds: list[float]
+  seconds: float
+
+
 def tune_on_labels(config: config_lib.Config, tune: EncoderTuneConfig, out: str | pathlib.Path,
                    *, data: TrainingData | None = None, force: bool = False,
                    progress: bool = True) -> dict[str, Any]:
@@ -240,15 +263,11 @@ def tune_on_labels(config: config_lib.Config, tune: EncoderTuneConfig, out: str 
   Returns:
     The summary written to ``label_tuning.json``.
   """
-  from hyset_jax.encoder import layer_cache, load_encoder, tuning
-  from hyset_jax.encoder.st_export import save_sentence_transformer
-  from hyset_jax.training.finetune import _embed_table
-  from hyset_jax.io_utils import atomic_dir, atomic_write, output_dir
+  from hyset_jax.io_utils import output_dir
 
   config_lib.validate(config)
   validate(tune, config)
   output_dir(out, force, marker=MARKER, what="label-tuning output")  # before any work
-  tc = config.train
   data = data or prepare_data(config)
   names = {"train": config.data.train_split, "validation": config.data.val_split}
   missing = [n for n in names.values() if n not in data.splits]
@@ -257,13 +276,32 @@ def tune_on_labels(config: config_lib.Config, tune: EncoderTuneConfig, out: str 
   train_qs, val_qs = (data.splits[names[k]] for k in ("train", "validation"))
 
   t0 = time.perf_counter()
+  side = _encoder_side(config, tune, train_qs, val_qs, progress)
+  t_cache = time.perf_counter() - t0
+  sets = training_sets(train_qs)
+  tuned = _train(side, tune, config.train, data.tool_embeddings, sets,
+                 labels_of(train_qs, sets), labels_of(val_qs, sets), progress)
+  summary = _summary(config, tune, side, sets, train_qs, val_qs, tuned, t_cache)
+  _write(out, force, side, tuned, summary)
+  return summary
+
+
+def _encoder_side(config: config_lib.Config, tune: EncoderTuneConfig, train_qs: QuerySet,
+                  val_qs: QuerySet, progress: bool) -> _EncoderSide:
+  """Loads and splits ``model.encoder`` and tokenizes the training and validation texts
+  (with the lower blocks' states cached when only top blocks train).
+
+  Raises:
+    UserError: the encoder has fewer blocks than ``tune.n_layers``.
+  """
+  from hyset_jax.encoder import layer_cache, load_encoder, tuning
   encoder = load_encoder(config.model.encoder or None)
   if tune.mode == "top_layers" and tune.n_layers > encoder.config.num_hidden_layers:
     raise UserError(f"tune.n_layers = {tune.n_layers}, but {encoder.name} has "
                     f"{encoder.config.num_hidden_layers} blocks; use mode=full to train all")
   spec, frozen, enc_params = tuning.split_encoder(
       encoder, tune.mode, n_layers=tune.n_layers, lora_rank=tune.lora_rank,
-      lora_alpha=tune.lora_alpha, seed=tc.seed)
+      lora_alpha=tune.lora_alpha, seed=config.train.seed)
   tables = {}
   for key, qs in (("train", train_qs), ("validation", val_qs)):
     table = layer_cache.tokenize_table(encoder, qs.texts)
@@ -272,31 +310,32 @@ def tune_on_labels(config: config_lib.Config, tune: EncoderTuneConfig, out: str 
       table = layer_cache.with_lower_states(table, encoder, qs.texts, spec.start_layer,
                                             tune.cache_batch_size, progress=progress)
     tables[key] = table
-  t_cache = time.perf_counter() - t0
+  return _EncoderSide(encoder, spec, frozen, enc_params, tables)
 
-  sets = training_sets(train_qs)
-  with_sets = tune.set_weight > 0
-  train_labels, val_labels = labels_of(train_qs, sets), labels_of(val_qs, sets)
+
+def _train(side: _EncoderSide, tune: EncoderTuneConfig, tc: config_lib.TrainConfig,
+           tool_embeddings: np.ndarray, sets: dict[tuple[int, ...], int], train_labels: Labels,
+           val_labels: Labels, progress: bool) -> _Tuned:
+  """``tc.num_steps`` label steps from the encoder's starting weights and fresh heads,
+  evaluated on validation at step 0, every ``tc.eval_every`` steps and the last. Returns
+  the evaluations, the encoder with the lowest validation loss and the loop's timings.
+
+  Raises:
+    UserError: a non-finite loss.
+  """
   optimizer = make_optimizer(tune, tc.num_steps)
-  params = {"encoder": enc_params,
-            "heads": init_heads(data.tool_embeddings, sets, with_sets)}
+  params = {"encoder": side.params,
+            "heads": init_heads(tool_embeddings, sets, tune.set_weight > 0)}
   state = LabelState(params, optimizer.init(params))
-  step_fn = jax.jit(functools.partial(label_step, spec=spec, temperature=tune.temperature,
+  step_fn = jax.jit(functools.partial(label_step, spec=side.spec, temperature=tune.temperature,
                                       set_weight=tune.set_weight, optimizer=optimizer),
                     donate_argnums=(0,))
-  metric = functools.partial(head_metrics, temperature=tune.temperature,
-                             set_weight=tune.set_weight)
-
-  def evaluate(step: int) -> dict[str, float]:
-    query = _embed_table(spec, frozen, state.params["encoder"], tables["validation"],
-                         tune.cache_batch_size)
-    return dict(metric(state.params["heads"], query, val_labels), step=step)
-
-  evals = [evaluate(0)]
+  evaluate = functools.partial(_validation, side=side, tune=tune, labels=val_labels)
+  evals = [evaluate(state, 0)]
   log.info("step 0 validation: %s", evals[0])
   best = (evals[0]["loss"], 0, host_copy(state.params["encoder"]))
   rows, step_seconds = [], []
-  n = len(train_qs.ids)
+  n = len(train_labels.set_id)
   bar = None
   if progress:
     from tqdm import tqdm
@@ -306,7 +345,7 @@ def tune_on_labels(config: config_lib.Config, tune: EncoderTuneConfig, out: str 
     t_step = time.perf_counter()
     idx = np.sort(batches.batch_indices(tc.seed, step - 1, tc.batch_size, n))
     batch_labels = Labels(*(a[idx] for a in train_labels))
-    state, parts = step_fn(state, frozen, tables["train"].batch(idx), batch_labels)
+    state, parts = step_fn(state, side.frozen, side.tables["train"].batch(idx), batch_labels)
     loss = float(parts["loss"])
     if not math.isfinite(loss):
       raise UserError(f"non-finite label-tuning loss ({loss}) at step {step}; lower "
@@ -321,36 +360,61 @@ def tune_on_labels(config: config_lib.Config, tune: EncoderTuneConfig, out: str 
                float(np.mean([r["loss"] for r in rows[-tc.log_every:]])),
                float(np.median(step_seconds[-tc.log_every:])))
     if step % tc.eval_every == 0 or step == tc.num_steps:
-      evals.append(evaluate(step))
+      evals.append(evaluate(state, step))
       log.info("step %d: training loss %.4f, validation %s", step, loss, evals[-1])
       if evals[-1]["loss"] < best[0]:
         best = (evals[-1]["loss"], step, host_copy(state.params["encoder"]))
   if bar is not None:
     bar.close()
-  t_train = time.perf_counter() - t_loop
+  return _Tuned(evals, best[1], best[2], rows, step_seconds, time.perf_counter() - t_loop)
 
-  summary = {
+
+def _validation(state: LabelState, step: int, *, side: _EncoderSide, tune: EncoderTuneConfig,
+                labels: Labels) -> dict[str, float]:
+  """The heads' validation metrics (:func:`head_metrics`) at ``state``, with ``step``."""
+  from hyset_jax.training.finetune import _embed_table
+  query = _embed_table(side.spec, side.frozen, state.params["encoder"], side.tables["validation"],
+                       tune.cache_batch_size)
+  return dict(head_metrics(state.params["heads"], query, labels, temperature=tune.temperature,
+                           set_weight=tune.set_weight), step=step)
+
+
+def _summary(config: config_lib.Config, tune: EncoderTuneConfig, side: _EncoderSide,
+             sets: dict[tuple[int, ...], int], train_qs: QuerySet, val_qs: QuerySet,
+             tuned: _Tuned, t_cache: float) -> dict[str, Any]:
+  """The run's ``label_tuning.json`` content."""
+  from hyset_jax.encoder import tuning
+  tc, n = config.train, len(train_qs.ids)
+  return {
       "objective": "labels",
       "mode": tune.mode,
-      "encoder_source": encoder.name,
+      "encoder_source": side.encoder.name,
       "steps": tc.num_steps,
       "batch_size": tc.batch_size,
       "epochs": round(tc.num_steps * tc.batch_size / n, 3),
       "train_queries": n,
       "validation_queries": len(val_qs.ids),
       "training_sets": len(sets),
-      "encoder_trainable_params": tuning.count_params(enc_params),
-      "best_step": best[1],
-      "validation": evals,
-      "timing": {"cache_s": round(t_cache, 2), "train_s": round(t_train, 2),
-                 "median_step_s": round(float(np.median(step_seconds)), 4)},
+      "encoder_trainable_params": tuning.count_params(side.params),
+      "best_step": tuned.best_step,
+      "validation": tuned.evals,
+      "timing": {"cache_s": round(t_cache, 2), "train_s": round(tuned.seconds, 2),
+                 "median_step_s": round(float(np.median(tuned.step_seconds)), 4)},
       "tune": dataclasses.asdict(tune),
       "config": config.to_dict(),
   }
-  tuned = tuning.merged_model(spec, frozen, jax.tree.map(jnp.asarray, best[2]))
+
+
+def _write(out: str | pathlib.Path, force: bool, side: _EncoderSide, tuned: _Tuned,
+           summary: dict[str, Any]) -> None:
+  """Writes the out directory (module docstring) atomically, with the best encoder."""
+  from hyset_jax.encoder import tuning
+  from hyset_jax.encoder.st_export import save_sentence_transformer
+  from hyset_jax.io_utils import atomic_dir, atomic_write
+  tuned_model = tuning.merged_model(side.spec, side.frozen,
+                                    jax.tree.map(jnp.asarray, tuned.best_encoder))
   with atomic_dir(out, force, marker=MARKER, what="label-tuning output") as tmp:
-    save_sentence_transformer(tuned, encoder, tmp / "encoder", force=True)
-    _plot(rows, evals, tmp / "curves.png")
+    save_sentence_transformer(tuned_model, side.encoder, tmp / "encoder", force=True)
+    _plot(tuned.rows, tuned.evals, tmp / "curves.png")
     with atomic_write(tmp / MARKER) as f:
       f.write(json.dumps(summary, indent=1) + "\n")
-  return summary

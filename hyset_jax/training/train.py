@@ -27,18 +27,14 @@ import numpy as np
 import optax
 
 from hyset_jax import choices
-from hyset_jax.inference import enumeration, pipeline
-from hyset_jax.training import batches, checkpoints, curves, dry_run
-from hyset_jax.training import losses
-from hyset_jax.model import parameters, set_prior
-from hyset_jax.training import rewards
-from hyset_jax.model import scoring
-from hyset_jax.training import sharding
 from hyset_jax import config as config_lib
-from hyset_jax.training import workdir as workdir_lib
 from hyset_jax.errors import UserError
-from hyset_jax.evaluation.evaluator import (RANK_METRICS, choose_lexical, choose_prior, choose_ranking,
-                                  evaluate_split)
+from hyset_jax.evaluation.evaluator import evaluate_split
+from hyset_jax.inference import enumeration, pipeline, subsets
+from hyset_jax.model import parameters, scoring
+from hyset_jax.training import (batches, checkpoints, curves, losses, post_theta, rewards,
+                                sharding, step_cost)
+from hyset_jax.training import workdir as workdir_lib
 from hyset_jax.training.train_data import TrainingData, prepare_data
 
 log = logging.getLogger("hyset_jax.training.train")
@@ -90,7 +86,7 @@ def shortlist_subset_scores(params: scoring.HysetParams, query: jax.Array,
   logits = jnp.einsum("bd,bkd->bk", scoring.query_vectors(params, query),
                       params.tool_embeddings[tools])
   pairs = scoring.shortlist_pairs(params, query, tools)
-  table = enumeration.subset_table(tools.shape[1], params.max_set_size)
+  table = subsets.subset_table(tools.shape[1], params.max_set_size)
   # The differentiable JAX form (the native kernel has no gradient).
   return enumeration.score_subsets(logits, pairs, table, choices.PORTABLE_METHOD).scores
 
@@ -305,9 +301,9 @@ def _train(config, workdir, data, provider, num_devices, progress, stop_after
   state, loop = restore_or_keep(mngr, state, mesh)
   # Compiled ahead of time, as --dry-run does: the same per-device numbers go to the log and
   # to metrics.jsonl's header, and the loop calls this executable (one compilation).
-  step_fn, report = dry_run.compile_step(
+  step_fn, report = step_cost.compile_step(
       make_step_fn(mesh, mc, tc, optimizer, jax.tree.map(lambda x: x.sharding, state)), state,
-      dry_run.abstract_batch(tc, mc, query_dim, mesh), mesh)
+      step_cost.abstract_batch(tc, mc, query_dim, mesh), mesh)
   for line in report.lines():
     log.info("%s", line)
   mlog = workdir_lib.MetricsLog(workdir / workdir_lib.METRICS_FILE, loop.step,
@@ -364,99 +360,38 @@ def _train(config, workdir, data, provider, num_devices, progress, stop_after
 
 
 def _finish(state, loop, data, config, workdir, mlog, seconds) -> dict[str, Any]:
-  """The ranking method (chosen on validation for model.ranking = auto), best/ and final/ with
-  it, the curves, and the best model's test metrics."""
+  """What is chosen after θ (:mod:`hyset_jax.training.post_theta`: the fitted terms, the
+  ranking), best/ and final/ with it, the curves, and the best model's test metrics."""
   from hyset_jax.io import modeldir
   mc, pid = config.model, jax.process_index()
   best = modeldir.load_model_dir(workdir / "best") if (workdir / "best").exists() else None
-  ranking, by_ranking, before = mc.ranking, None, best
-  if best is not None and not mc.lexical and best.lexical is not None:
-    # model.lexical switched off on a finished run: its β goes, everything after it is rechosen.
-    best = _without_lexical(best)
-  if mc.lexical and best is not None:
-    best, ranking, by_ranking = _fit_lexical(best, data, config)
-  if mc.set_prior and best is not None:
-    best, ranking, by_ranking = _fit_prior(best, data, config)
-  elif ranking == "auto" and not (mc.lexical and best is not None):
-    ranking = pipeline.DEFAULT_RANKING
-    if best is not None:
-      ranking, by_ranking = choose_ranking(best.params, data.splits[config.data.val_split],
-                                           data.tool_ids, mc, config.train.eval_batch_size)
-      log.info("ranking %r chosen on validation (mean of %s)", ranking, ", ".join(RANK_METRICS))
+  ranking, chosen = (pipeline.DEFAULT_RANKING if mc.ranking == "auto" else mc.ranking), None
+  if best is not None:
+    chosen = post_theta.select(best, data, config)
+    ranking = chosen.ranking
   params = sharding.to_host(parameters.materialize(state.theta, mc))  # on every process: a gather
   if pid == 0:
-    if best is not None and (best.ranking != ranking or best is not before):
-      modeldir.save_model_dir(workdir / "best", dataclasses.replace(best, ranking=ranking),
-                              force=True)
+    if chosen is not None:
+      modeldir.save_model_dir(workdir / "best", post_theta.with_record(chosen), force=True)
     workdir_lib.export_model(params, data.tool_ids, data.query_encoder, mc, workdir / "final",
                              ranking=ranking, force=True)
-    if by_ranking is not None:
-      mlog.write({"step": loop.step, "ranking": ranking, "validation_by_ranking": by_ranking})
+    if chosen is not None and chosen.table:
+      mlog.write({"step": loop.step, "ranking": ranking, "validation_by_ranking": chosen.table,
+                  "fits": chosen.fits})
     if mlog.rows:
       curves.plot_curves(mlog.rows, workdir / "curves.png")
   summary = {"steps": loop.step, "best_step": loop.best_step,
              "best_val_recall@5": loop.best_recall5, "ranking": ranking,
              "train_seconds_this_run": round(seconds, 2)}
   sharding.barrier("hyset_train_exports_written")  # process 0 wrote best/ and final/
-  if best is not None and config.data.test_split in data.splits:
-    summary["test"] = evaluate_split(best.params, data.splits[config.data.test_split],
+  if chosen is not None and config.data.test_split in data.splits:
+    summary["test"] = evaluate_split(chosen.model.params, data.splits[config.data.test_split],
                                      data.tool_ids, mc, config.train.eval_batch_size,
-                                     ranking=ranking, lexical=best.lexical)
+                                     ranking=ranking, lexical=chosen.model.lexical)
     if pid == 0:
       import json
       (workdir / "test_metrics.json").write_text(json.dumps(summary["test"], indent=1) + "\n")
   return summary
-
-
-def _fit_prior(best, data: TrainingData, config: config_lib.Config):
-  """best/ with the seen-set prior fitted on the training queries, its λ and τ (and the
-  ranking, for ``model.ranking=auto``) chosen on validation; without it when no λ > 0 beats it.
-
-  Returns (the model directory to write, the ranking, every candidate's validation metrics).
-  """
-  mc, train_qs = config.model, data.splits[config.data.train_split]
-  best = dataclasses.replace(best, params=best.params._replace(prior=None))  # a rerun refits
-  t0 = time.time()
-  prior = set_prior.fit(train_qs.embeddings, train_qs.gold, mc.max_set_size, config.train.seed)
-  log.info("seen-set prior: %d training sets, fitted in %.0fs", len(prior.b), time.time() - t0)
-  chosen, ranking, table = choose_prior(best.params, prior, data.splits[config.data.val_split],
-                                        data.tool_ids, mc, config.train.eval_batch_size,
-                                        lexical=best.lexical)
-  if chosen is None:
-    log.info("seen-set prior: none chosen on validation (ranking %r)", ranking)
-    return best, ranking, table
-  log.info("seen-set prior: λ = %g, τ = %g, ranking %r chosen on validation",
-           float(chosen.weight), float(np.exp(chosen.floor)), ranking)
-  return dataclasses.replace(best, params=best.params._replace(prior=chosen)), ranking, table
-
-
-def _without_lexical(best):
-  """best/ without its lexical term and the prior chosen with it (both are chosen after θ)."""
-  return dataclasses.replace(best, params=best.params._replace(lexical_weight=None, prior=None),
-                             lexical=None)
-
-
-def _fit_lexical(best, data: TrainingData, config: config_lib.Config):
-  """best/ with the lexical term, its β (and the ranking, for ``model.ranking=auto``) chosen on
-  validation; without it when no β > 0 beats it.
-
-  Returns (the model directory to write, the ranking, every candidate's validation metrics).
-  """
-  from hyset_jax.model.lexical import LexicalIndex
-  mc = config.model
-  best = _without_lexical(best)  # a rerun rechooses β (and refits the prior after it)
-  t0 = time.time()
-  index = LexicalIndex(data.tool_texts)
-  beta, ranking, table = choose_lexical(best.params, index, data.splits[config.data.val_split],
-                                        data.tool_ids, mc, config.train.eval_batch_size)
-  if beta is None:
-    log.info("lexical term: none chosen on validation (ranking %r, %.0fs)", ranking,
-             time.time() - t0)
-    return best, ranking, table
-  log.info("lexical term: β = %g, ranking %r chosen on validation (%.0fs)", beta, ranking,
-           time.time() - t0)
-  params = best.params._replace(lexical_weight=np.float32(beta))
-  return dataclasses.replace(best, params=params, lexical=index), ranking, table
 
 
 def _progress_bar(enabled: bool, total: int, initial: int, name: str):

@@ -34,7 +34,7 @@ log = logging.getLogger("hyset_jax.training.train")
 
 CONFIG_FILE = "config.json"
 # Config keys that only change what is chosen after training: a rerun may change them.
-AFTER_TRAINING = frozenset({"model.lexical"})
+AFTER_TRAINING = frozenset({"model.lexical", "model.abstain"})
 METRICS_FILE = "metrics.jsonl"
 LOCK_FILE = ".lock"
 
@@ -77,7 +77,8 @@ def check(workdir: pathlib.Path, config: config_lib.Config) -> None:
     defaults = _flat(json.loads(config_lib.Config().to_json()))
     old = {**{k: defaults[k] for k in new.keys() - old.keys() if k in defaults}, **old}
     # The mesh is how the run is laid out, not what it computes: a resume may change it. The
-    # lexical term is chosen after θ (train._fit_lexical), so switching it on a run rechooses.
+    # lexical term and abstention are chosen after θ (training.post_theta), so switching one on
+    # a finished run only rechooses.
     diff = sorted(k for k in old.keys() | new.keys()
                   if old.get(k) != new.get(k) and not k.startswith("mesh.")
                   and k not in AFTER_TRAINING)

@@ -4,13 +4,13 @@
   walk over the subsets, a group of 16 queries at a time with queries on the vector lanes, over
   XLA's intra-op thread pool; the best set per query (:func:`best_rows`: subtrees whose
   bound cannot beat a set already scored are skipped, exactly) or every score
-  (:func:`subset_scores`), with the scores of :mod:`hyset_jax.inference.enumeration`'s forms to float
-  rounding and the same ties (and the best set's score bit for bit its entry among every
+  (:func:`subset_scores`), with the scores of :mod:`hyset_jax.inference.enumeration`'s forms to
+  float rounding and the same ties (and the best set's score bit for bit its entry among every
   score). Why: XLA:CPU cannot express the fast form (the walk's state stays in L1; XLA writes
   each level of subsets to memory and gathers it back), measured in docs/speed.md.
-- ``expansion.cc`` (Eq. 13): :func:`hyset_jax.inference.neighbors.expand` from the neighbour table, one
-  query at a time (:func:`expand`): the same picks and boundary ties, without XLA's few dozen
-  small reductions per batch.
+- ``expansion.cc`` (Eq. 13): :func:`hyset_jax.inference.neighbors.expand` from the neighbour
+  table, one query at a time (:func:`expand`): the same picks and boundary ties, without XLA's
+  few dozen small reductions per batch.
 - ``pairs.cc`` (Eq. 3): a shortlist's pair matrices G_m from the prepared Z M_m rows
   (:func:`pair_matrices`), the upper triangle computed and mirrored (M_m is symmetric).
 - ``greedy.cc``: the paper's greedy ranking of the shortlist (:func:`greedy_ranking`, what
@@ -19,8 +19,8 @@
 Build: the first use on a machine compiles the sources with the system C++ compiler (``$CXX``,
 else ``c++``, ``g++`` or ``clang++``; C++17 with GCC ≥ 12 or Clang, for
 ``__builtin_shufflevector``) against JAX's FFI headers (``jax.ffi.include_dir()``), with
-``-O3 -march=native``, into ``$HYSET_CACHE/native/<key>/`` (``~/.cache/hyset_jax/inference/native``); the
-key hashes the sources, the flags, the compiler's version, the jaxlib version and the CPU's
+``-O3 -march=native``, into ``$HYSET_CACHE/native/<key>/`` (``~/.cache/hyset_jax/native``);
+the key hashes the sources, the flags, the compiler's version, the jaxlib version and the CPU's
 model and flags, so a changed source or another machine builds anew. The build takes a few
 seconds; it is written to a temporary file and renamed, so concurrent first uses do not
 collide. A failed build is not retried in the same process.
@@ -46,8 +46,8 @@ import threading
 import jax
 import jax.numpy as jnp
 
-from hyset_jax.inference.enumeration import count_subsets
 from hyset_jax.errors import UserError
+from hyset_jax.inference.subsets import count_subsets
 
 SOURCES = tuple(pathlib.Path(__file__).with_name(f)
                 for f in ("subsets.cc", "expansion.cc", "pairs.cc", "greedy.cc"))
@@ -90,7 +90,7 @@ def _cpu_signature() -> str:
 
 
 def cache_dir() -> pathlib.Path:
-  """``$HYSET_CACHE/native`` when set, else ``~/.cache/hyset_jax/inference/native``."""
+  """``$HYSET_CACHE/native`` when set, else ``~/.cache/hyset_jax/native``."""
   root = os.environ.get("HYSET_CACHE") or "~/.cache/hyset_jax"
   return pathlib.Path(root).expanduser() / "native"
 
@@ -234,7 +234,7 @@ def best_rows(logits: jax.Array, pairs: jax.Array) -> tuple[jax.Array, jax.Array
     logits: f32[Q, K] ℓ of the shortlist; pairs: f32[Q, M−1, K, K] G_m.
 
   Returns:
-    (best F f32[Q], its row in ``enumeration.subset_table(K, M)`` int32[Q], the ascending-ℓ
+    (best F f32[Q], its row in ``subsets.subset_table(K, M)`` int32[Q], the ascending-ℓ
     order int32[Q, K] that the row's members index), as the gather and colex forms report.
   """
   q, k = _check(logits, pairs)
@@ -255,9 +255,9 @@ def subset_scores(logits: jax.Array, pairs: jax.Array, n: int) -> tuple[jax.Arra
 
 def expand(ids: jax.Array, scores: jax.Array, logits: jax.Array, s0: jax.Array,
            n_ext: int) -> tuple[jax.Array, jax.Array]:
-  """:func:`hyset_jax.inference.neighbors.expand` as a native kernel: the same (extra int32[Q, n_ext],
-  tie bool[Q]) from the table (ids int32[N, W], scores f32[N, W]), ℓ f32[Q, N] and S0
-  int32[Q, K1]."""
+  """:func:`hyset_jax.inference.neighbors.expand` as a native kernel: the same (extra
+  int32[Q, n_ext], tie bool[Q]) from the table (ids int32[N, W], scores f32[N, W]), ℓ f32[Q, N]
+  and S0 int32[Q, K1]."""
   q = logits.shape[0]
   call = _ffi("hyset_expand",
               (jax.ShapeDtypeStruct((q, n_ext), jnp.int32), jax.ShapeDtypeStruct((q,), jnp.int32)))

@@ -1,7 +1,8 @@
 // Stage 2 of HYSET (paper Eq. 14) on the CPU as XLA FFI custom calls: every subset of size
 // 1..M of a K-tool shortlist scored by a depth-first walk over the subsets (DepthFirst), and
-// either the best subset per query or every score. Loaded by hyset_jax/inference/native/__init__.py,
-// which compiles this file once per machine (see docs/speed.md, "The native CPU kernels").
+// either the best subset per query or every score. Loaded by
+// hyset_jax/inference/native/__init__.py, which compiles this file once per machine (see
+// docs/speed.md, "The native CPU kernels").
 //
 // Why a kernel of our own: XLA:CPU runs the enumeration as a chain of fusions that write each
 // level of subsets to memory and gather it back, on one core; here a group of kLanes queries
@@ -15,11 +16,11 @@
 // Numbers and ties: the shortlist is reordered by ascending ℓ (a stable sort; `order` reports
 // it), a subset's softmax sums are kept relative to its largest logit t (every weight
 // exp(ℓ_i − ℓ_t) ≤ 1), F(E) = P_|E|(E) + S1(E) / S0(E); the scores equal those of
-// hyset_jax.inference.enumeration's forms to float rounding, and the best-set and every-score outputs
-// compute each score with the same operations, so the best set's score is bit for bit its
-// entry in every score. Rows follow enumeration.SubsetTable: sizes ascending, colex within a
-// size, so the best set is the first maximum in table order (a NaN score wins, as in
-// jnp.argmax).
+// hyset_jax.inference.enumeration's forms to float rounding, and the best-set and every-score
+// outputs compute each score with the same operations, so the best set's score is bit for bit
+// its entry in every score. Rows follow hyset_jax.inference.subsets.SubsetTable: sizes
+// ascending, colex within a size, so the best set is the first maximum in table order (a NaN
+// score wins, as in jnp.argmax).
 
 #include <algorithm>
 #include <cmath>

@@ -38,11 +38,6 @@ FORMAT_VERSION = 2
 CHECKPOINT_FILE = "best.pt"      # what `hyset export --format hyset-pytorch` writes in --out
 ENCODER_TYPES = ("bert", "qwen")
 DEFAULT_K1, DEFAULT_K_POOL = 15, 20  # the authors' defaults (their train and infer scripts)
-# (attribute of HysetParams, what it is) for every term the authors' scorer does not have.
-EXTRA_TERMS = (("tower", "the query tower (params.tower)"),
-               ("conditioned", "the query-conditioned set term (params.conditioned)"),
-               ("prior", "the seen-set prior (params.prior)"),
-               ("lexical_weight", "the lexical term (params.lexical_weight)"))
 NORMALIZE_EPS = 1e-12             # torch.nn.functional.normalize's default eps
 
 
@@ -69,13 +64,12 @@ def to_payload(model, where: str | os.PathLike = "model") -> dict:
     UserError: naming ``where`` and the term, when the model has a term their scorer lacks or
       d_z ≠ d_r (their HYSETModel refuses that: "paper configurations require d_z=d_r").
   """
+  from hyset_jax.model import terms
   params = model.params
-  known = dict(EXTRA_TERMS)
-  # Every field past (Z, P, M) is a term the authors lack, also one added after this module.
-  for attr in params._fields[3:]:
-    if getattr(params, attr) is not None:
-      what = known.get(attr, f"the term params.{attr}")
-      raise UserError(f"{where}: the model has {what}, which the authors' HYSETScorer does not "
+  # The authors' scorer is the paper's θ alone: every registered term is one it lacks.
+  for term in terms.carried(params):
+    what = f"the {term.name} term ({term.schema['about'].split(':')[0]})"
+    raise UserError(f"{where}: the model has {what}, which the authors' HYSETScorer does not "
                       f"have; a hyset-pytorch checkpoint cannot carry it (export a model of the "
                       f"paper's configuration, e.g. trained with --config paper)")
   z = np.asarray(params.tool_embeddings, np.float32)

@@ -6,25 +6,51 @@ tensors (names, shapes, dtypes) are declared in the model schema (``model_schema
 
 - ``acts_on``: where it enters the score — ``query`` (the query side q(r) in front of P),
   ``logits`` (a per-tool addition to ℓ), ``pairs`` (an addition to the pair matrices G_m of
-  stage 2) or ``set`` (a bonus on F for some sets);
+  stage 2), ``set`` (a bonus on F for some sets) or ``answer`` (whether the best set is
+  delivered at all);
 - ``inputs``: the per-query inputs it needs besides the query embedding (e.g. lexical scores);
 - ``reindex``: how it follows tool rows when the library changes (``hyset tools add|remove``,
   a model carried onto another library); required for a term whose tensors or file refer to
   tool rows (the schema marks them), so a forgotten case cannot leave a term on wrong rows;
 - the rankings it rules out (in the schema, where the NumPy reference reads them too);
-- ``fitted_after_theta``: chosen on validation after θ is trained rather than trained with it.
+- ``fit``: how it is chosen on validation after θ is trained, rather than trained with it (its
+  candidate grid and what the choice maximises; :mod:`hyset_jax.training.post_theta` runs every
+  fit in registry order).
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
 from hyset_jax.io import model_format
 
-ACTS_ON = ("query", "logits", "pairs", "set")
+ACTS_ON = ("query", "logits", "pairs", "set", "answer")
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+  """How a term is chosen on validation after θ (:mod:`hyset_jax.training.post_theta`).
+
+  Attributes:
+    switch: the :class:`hyset_jax.config.ModelConfig` field that turns the fit on.
+    candidates: ``(model, data, config) -> iterable of (label, model)``: ``model`` (a ModelDir
+      without the term) with each candidate value of it; ``data`` the training data (its
+      splits), ``config`` the run's config.
+    criterion: the metrics the choice reads (recorded with it).
+    objective: ``(metrics, plain) -> float or None``: what the choice maximises for a
+      candidate's validation metrics, ``plain`` those of the model without the term (None: the
+      candidate is not admissible). Default: the mean of ``criterion``.
+    measure: ``(model, data, config) -> dict``: metrics beyond the validation split's that the
+      objective reads (e.g. on another split), added to each candidate's.
+  """
+  switch: str
+  candidates: Callable[..., Iterable[tuple[str, Any]]]
+  criterion: tuple[str, ...]
+  objective: Callable[[dict, dict], float | None] | None = None
+  measure: Callable[..., dict] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,14 +67,17 @@ class Term:
     reindex: ``(model, rows, added_texts) -> model``: ``model`` already on the new library
       (tool ids and Z), this term's value still on the old rows; ``rows`` int[N_old] maps each
       old row to its new row (-1: removed); ``added_texts`` the texts of the rows that are new.
-    fitted_after_theta: chosen after θ (on validation), not trained with it.
+    fit: how it is chosen after θ (on validation) rather than trained with it; None: trained
+      with θ (or set by hand).
+    remove: ``model -> model`` without the term; default: its HysetParams field cleared.
   """
   name: str
   acts_on: str
   container: type | None = None
   inputs: tuple[str, ...] = ()
   reindex: Callable[..., Any] | None = None
-  fitted_after_theta: bool = False
+  fit: Fit | None = None
+  remove: Callable[[Any], Any] | None = None
 
   def __post_init__(self):
     if self.acts_on not in ACTS_ON:
@@ -79,6 +108,12 @@ class Term:
 
   def value(self, params):
     return getattr(params, self.field)
+
+  def without(self, model):
+    """``model`` (a ModelDir) without this term."""
+    if self.remove is not None:
+      return self.remove(model)
+    return dataclasses.replace(model, params=model.params._replace(**{self.field: None}))
 
   def pack(self, value) -> dict[str, np.ndarray]:
     """The term's named tensors (f32, or int32 for tool rows), as files store them."""

@@ -10,8 +10,18 @@ import dataclasses
 
 import numpy as np
 
+import logging
+import time
+
 from hyset_jax.model.scoring import SetPrior
-from hyset_jax.model.terms.base import Term
+from hyset_jax.model.terms.base import Fit, Term
+from hyset_jax.model.terms.lexical import SET_CHOICE_METRICS
+
+log = logging.getLogger(__name__)
+
+# The grid chosen on validation (with the ranking; λ = 0, no prior, competes): λ × τ.
+WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0)
+FLOORS = (1e-3, 1e-2, 1e-1)
 
 
 def moved(prior: SetPrior | None, rows: np.ndarray) -> SetPrior | None:
@@ -34,5 +44,19 @@ def reindex(model, rows: np.ndarray, added_texts=None):
       prior=moved(model.params.prior, rows)))
 
 
+def candidates(model, data, config):
+  """``model`` with the prior fitted on the training queries' gold sets, at each λ × τ of
+  :data:`WEIGHTS` × :data:`FLOORS`."""
+  from hyset_jax.model import set_prior
+  train_qs, t0 = data.splits[config.data.train_split], time.time()
+  prior = set_prior.fit(train_qs.embeddings, train_qs.gold, config.model.max_set_size,
+                        config.train.seed)
+  log.info("seen-set prior: %d training sets, fitted in %.0fs", len(prior.b), time.time() - t0)
+  for weight in WEIGHTS:
+    for tau in FLOORS:
+      yield f"λ={weight:g} τ={tau:g}", dataclasses.replace(model, params=model.params._replace(
+          prior=set_prior.with_weight(prior, weight, tau)))
+
+
 TERM = Term(name="prior", acts_on="set", container=SetPrior, reindex=reindex,
-            fitted_after_theta=True)
+            fit=Fit(switch="set_prior", candidates=candidates, criterion=SET_CHOICE_METRICS))
