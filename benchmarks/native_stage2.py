@@ -40,22 +40,42 @@ KEYS = ("tables_us_per_query", "best_us_per_query", "scores_us_per_query")
 
 
 def build(label: str, source: pathlib.Path, workdir: pathlib.Path) -> pathlib.Path:
-  """The harness compiled around ``source`` (a subsets.cc beside its parallel.h)."""
+  """The harness compiled around ``source`` (a subsets.cc beside its parallel.h), from the
+  native kernel's build cache when the same compiler, flags and sources built it before (a
+  -O3 build takes tens of seconds; ``label`` and ``workdir`` are kept for the caller's names)."""
+  import hashlib
+  import os
+  import tempfile
   import jax
   from hyset_jax.inference import native
   from hyset_jax.errors import UserError
 
-  exe = workdir / f"stage2_{label}"
+  del label, workdir
   flags = [f for f in native.FLAGS if f not in ("-shared", "-fPIC")]
   try:
     cxx = native._compiler()
   except RuntimeError as e:
     raise UserError(f"cannot build the timing harness: {e}") from None
-  cmd = [cxx, *flags, "-w", "-I", jax.ffi.include_dir(), "-I", str(source.parent),
-         f'-DSUBSETS_CC="{source}"', str(HARNESS), "-o", str(exe)]
-  done = subprocess.run(cmd, capture_output=True, text=True)
-  if done.returncode != 0:
-    raise UserError(f"building the timing harness around {source} failed:\n{done.stderr[-2000:]}")
+  key = hashlib.sha256("\0".join([cxx, *flags, jax.ffi.include_dir()]).encode())
+  for f in (HARNESS, source, source.with_name("parallel.h")):
+    key.update(f.read_bytes() if f.exists() else b"")
+  exe = native.cache_dir() / "stage2_harness" / key.hexdigest()[:16] / "stage2"
+  if exe.exists():
+    return exe
+  exe.parent.mkdir(parents=True, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=exe.parent)
+  os.close(fd)
+  try:
+    cmd = [cxx, *flags, "-w", "-I", jax.ffi.include_dir(), "-I", str(source.parent),
+           f'-DSUBSETS_CC="{source}"', str(HARNESS), "-o", tmp]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+      raise UserError(f"building the timing harness around {source} failed:\n"
+                      f"{done.stderr[-2000:]}")
+    os.replace(tmp, exe)
+  finally:
+    if os.path.exists(tmp):
+      os.unlink(tmp)
   return exe
 
 
