@@ -191,7 +191,7 @@ def speed_table() -> list[str]:
       f"{e2e[256]['ratio_to_dense']:.2f}× the dense pass | ≤ 1.5×: **met**, with little margin "
       "(batch 64: 1.36-1.52× in six standalone `hyset bench e2e` runs; 1.68× in the 16:41 run, "
       "before the pair-matrix change); ≤ 1 ms: met |",
-      f"| the previous path (`inference.predict`), batch 1 / 64 | {ref[1]['ms_per_query']:.1f} / "
+      f"| the previous path (`pipeline.predict`), batch 1 / 64 | {ref[1]['ms_per_query']:.1f} / "
       f"{ref[64]['ms_per_query']:.1f} ms/query | the prepared path is "
       f"{ref[1]['ms_per_query'] / e2e[1]['ms_per_query']:.0f}× / "
       f"{ref[64]['ms_per_query'] / e2e[64]['ms_per_query']:.0f}× faster | – |"]

@@ -329,7 +329,7 @@ def _end_to_end_md(results) -> list[str]:
   md = ["## End to end (N = 13,860, d = 768, K1 = 15, K_pool = 20, M = 5)\n",
         "Encoder excluded, from query embeddings. `prepared` is what `hyset predict` runs "
         "(`hyset bench e2e`); the dense pass is a top-K_pool of ℓ over the same library, "
-        "timed interleaved with it; `reference` is `inference.predict` from θ (full "
+        "timed interleaved with it; `reference` is `pipeline.predict` from θ (full "
         f"expansion scan, G_m per query). Preparing the library (P Zᵀ, Z M_m and the "
         f"neighbour table, once per model) took {prep_s:.1f} s.\n",
         "| kind | batch | ms / query | dense ms / query | × dense | queries/s | compile s |",

@@ -1,4 +1,5 @@
-"""``hyset bench enumerate|e2e``: subset-enumeration throughput, and end-to-end latency.
+"""``hyset bench enumerate|e2e|compile``: subset-enumeration throughput, end-to-end latency, and
+the prediction path's per-device memory and cost compiled for a TPU slice.
 
   hyset bench enumerate [--k-pool 20] [--max-size 5] [--batch 1024] [--dim 0]
                         [--impl jax] [--output best|scores] [--repeats 5] [--seed 0]
@@ -30,6 +31,15 @@ dimension ``--dim``, and a dense top-K_pool pass over the same library in the sa
 ``dense_times_s``, ``compile_s``, ``prepare_s`` (P Zᵀ, Z M_m and the neighbour table), the
 settings (``num_tools``, ``dim``, ``batch``, ``k1``, ``k_pool``, ``max_size``, ``method``,
 ``ranking``, ``seed``, ``repeats``) and ``machine``.
+
+``compile --topology tpu:NAME|cpu:N`` compiles the prepared prediction path and stage 2 alone
+from abstract shapes for a topology's devices (a TPU slice needs only ``pip install libtpu``,
+no TPU) and prints per-device memory and the compiler's FLOPs and bytes
+(:mod:`hyset_jax.benchmarking.compile_cost`). JSON: ``rows`` (one per configuration:
+``config``, ``part``, ``method``, ``num_tools``, ``dim``, ``batch``, ``data_shards``,
+``tool_shards``, ``argument_bytes``, ``output_bytes``, ``temp_bytes``, ``alias_bytes``,
+``total_bytes``, ``flops``, ``bytes_accessed``, ``compile_s``, ``error``), ``topology``,
+``device_kind``, ``num_devices`` and the settings.
 """
 from __future__ import annotations
 
@@ -94,6 +104,105 @@ def add_parser(subparsers) -> None:
   t.add_argument("--json", metavar="FILE", help="write the result as JSON")
   t.add_argument("--force", action="store_true", help="overwrite the --json FILE if it exists")
   t.set_defaults(func=run_e2e)
+
+  c = sub.add_parser("compile", help="per-device memory and FLOPs of prediction, compiled for "
+                                     "a TPU slice (or N CPU devices) without running it",
+                     description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  c.add_argument("--topology", required=True,
+                 help="tpu:NAME (e.g. tpu:v5e:2x4, tpu:v5p:2x2x1; needs `pip install libtpu`) "
+                      "or cpu:N (N host CPU devices)")
+  c.add_argument("--num-tools", type=int_at_least(2), default=13_860,
+                 help="library size N of the replicated rows (default 13860, the paper's)")
+  c.add_argument("--dim", type=_positive, default=768, help="embedding dimension (default 768)")
+  c.add_argument("--batches", type=_int_list, default=[1, 64, 1024, 16384],
+                 help="comma-separated batch sizes (default 1,64,1024,16384)")
+  c.add_argument("--k1", type=_positive, default=15, help="stage-1 size K1 (default 15)")
+  c.add_argument("--k-pool", type=_positive, default=20, help="shortlist size (default 20)")
+  c.add_argument("--max-size", type=int_at_least(2), default=5,
+                 help="largest set size M (default 5)")
+  c.add_argument("--methods", type=_method_list, default=["gather", "pallas"],
+                 help="comma-separated stage-2 methods (default gather,pallas)")
+  c.add_argument("--sharded-tools", type=_non_negative, default=1_000_000,
+                 help="N of the row with Z split over a tools axis of every device "
+                      "(default 1000000; 0: no such row)")
+  c.add_argument("--sharded-batch", type=_positive, default=1024,
+                 help="batch of the tools-sharded row (default 1024)")
+  c.add_argument("--json", metavar="FILE", help="write the rows as JSON")
+  c.add_argument("--force", action="store_true", help="overwrite the --json FILE if it exists")
+  c.set_defaults(func=run_compile)
+
+
+def _int_list(text: str) -> list[int]:
+  try:
+    values = [int(v) for v in text.split(",") if v.strip()]
+  except ValueError:
+    raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+  if not values or min(values) < 1:
+    raise argparse.ArgumentTypeError(f"expected comma-separated integers ≥ 1, got {text!r}")
+  return values
+
+
+def _method_list(text: str) -> list[str]:
+  from hyset_jax.benchmarking.compile_cost import METHODS
+  values = [v.strip() for v in text.split(",") if v.strip()]
+  bad = [v for v in values if v not in METHODS]
+  if not values or bad:
+    raise argparse.ArgumentTypeError(f"expected comma-separated methods from {', '.join(METHODS)}"
+                                     f", got {text!r}")
+  return values
+
+
+def run_compile(args: argparse.Namespace) -> int:
+  import sys
+
+  from hyset_jax import io_utils
+  from hyset_jax.inference import subsets
+  from hyset_jax.benchmarking import compile_cost
+
+  if args.json:
+    io_utils.output_file(args.json, args.force, flag="--json")
+  subsets.validate_sizes(args.k_pool, args.max_size, k1=args.k1, num_tools=args.num_tools)
+  if args.sharded_tools:
+    subsets.validate_sizes(args.k_pool, args.max_size, k1=args.k1, num_tools=args.sharded_tools)
+  devices = compile_cost.devices_for(args.topology)
+  if args.sharded_tools % len(devices):
+    raise UserError(f"--sharded-tools {args.sharded_tools} does not split evenly over the "
+                    f"{len(devices)} devices of {args.topology}; use a multiple of {len(devices)}")
+  kind = devices[0].device_kind
+  print(f"{args.topology}: {len(devices)} device(s) ({kind})", flush=True)
+  rows = compile_cost.compile_rows(
+      devices, num_tools=args.num_tools, dim=args.dim, batches=args.batches, k1=args.k1,
+      k_pool=args.k_pool, max_size=args.max_size, methods=args.methods,
+      sharded_tools=args.sharded_tools, sharded_batch=args.sharded_batch,
+      kernel_platform="tpu" if args.topology.startswith("tpu:") else None,
+      progress=lambda r: print(f"  {r.config} {r.part} {r.method} N={r.num_tools} "
+                               f"batch={r.batch}: " + (f"failed ({r.error[:200]})" if r.error
+                                                       else f"compiled in {r.compile_s:.1f} s"),
+                               file=sys.stderr, flush=True))
+  print("\n".join(compile_cost.table_lines(rows)))
+  out = {"topology": args.topology, "device_kind": kind, "num_devices": len(devices),
+         "k1": args.k1, "k_pool": args.k_pool, "max_size": args.max_size,
+         "jax_version": __import__("jax").__version__,
+         "rows": [dict(vars(r)) for r in rows]}
+  if args.json:
+    _write_provenance_json(args.json, out)
+  return 0
+
+
+def _write_provenance_json(path: str, out: dict) -> None:
+  """With ``benchmarks/provenance.py``'s command, commit and date where the repository is
+  importable (a checkout); else the command line and date alone."""
+  import datetime
+  import sys
+  try:
+    from benchmarks import provenance
+  except ImportError:
+    out = {"command": " ".join(["hyset", *sys.argv[1:]]),
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           **out}
+    _write_json(path, out)
+    return
+  provenance.write_json(path, out, indent=2)
 
 
 def _write_json(path: str | None, out: dict) -> None:
