@@ -50,8 +50,14 @@ def main(argv: list[str] | None = None) -> int:
     failures: list[dict] = []
     start = time.monotonic()
 
+    failing: list = []  # the last case that failed: after shrinking, the smallest one
+
     def counted(case):
-      outcomes[check(case)] += 1
+      try:
+        outcomes[check(case)] += 1
+      except Exception:
+        failing[:] = [repr(case)[:1000]]
+        raise
 
     @settings(max_examples=args.round, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
@@ -65,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
           run()
         except Exception as e:  # noqa: BLE001 - a failure found: record it, keep fuzzing
-          failures.append({"error": f"{type(e).__name__}: {str(e)[:2000]}"})
+          failures.append({"error": f"{type(e).__name__}: {str(e)[:2000]}",
+                           "case": failing[0] if failing else None})
         if sum(outcomes.values()) == tried:
           break  # Hypothesis ran out of distinct cases
     finally:

@@ -21,6 +21,8 @@ import json
 import math
 import pathlib
 import struct
+import zipfile
+import zlib
 from typing import NamedTuple
 
 import numpy as np
@@ -157,7 +159,7 @@ def read_json_object(path: pathlib.Path) -> dict:
   """The JSON object in ``path``, or a ModelError naming the file."""
   try:
     doc = json.loads(path.read_text(encoding="utf-8"))
-  except (ValueError, UnicodeDecodeError) as e:
+  except (ValueError, UnicodeDecodeError, RecursionError) as e:  # RecursionError: deep nesting
     raise ModelError(f"{path}: not valid JSON ({e})") from None
   except OSError as e:
     raise ModelError(f"{path}: cannot read ({e.strerror or e})") from None
@@ -209,7 +211,8 @@ def model_terms(manifest: dict, tensors: dict, where, tensors_where) -> tuple[st
   present = tuple(t for t in TERMS if any(n in tensors for n in term_tensors(t)))
   for t in present:
     if t not in legacy["terms"]:
-      first = next(f for f, v in SCHEMA["legacy"].items() if t in v["terms"])
+      # A term no legacy version holds (abstain) came with the current format.
+      first = next((f for f, v in SCHEMA["legacy"].items() if t in v["terms"]), FORMAT)
       name = next(n for n in term_tensors(t) if n in tensors)
       raise ModelError(f"{tensors_where}: tensor {name!r} belongs to the {t} term (format "
                        f"{first!r} on); the manifest says {fmt!r}")
@@ -441,12 +444,24 @@ def read_dir(path: pathlib.Path) -> Model:
   return from_tensors(tensors, manifest, mpath, ppath, lexical)
 
 
+# What np.load raises for a damaged .npz beyond OSError/ValueError: it is a zip archive, and
+# zipfile fails on a bad entry with its own error, the decompressor's, or a refusal (a flipped
+# compression method or encryption flag).
+_ZIP_ERRORS: tuple[type[BaseException], ...] = (zipfile.BadZipFile, NotImplementedError,
+                                                RuntimeError, zlib.error)
+try:
+  import lzma
+  _ZIP_ERRORS += (lzma.LZMAError,)
+except ImportError:  # a Python built without lzma cannot be asked to decompress it either
+  pass
+
+
 def read_npz(path: pathlib.Path) -> Model:
   """An npz export: the tensors with the manifest fields (and lexical_*) beside them."""
   try:
     with np.load(path, allow_pickle=False) as z:
       arrays = {k: z[k] for k in z.files}
-  except (OSError, ValueError, EOFError) as e:
+  except (OSError, ValueError, EOFError, *_ZIP_ERRORS) as e:
     raise ModelError(f"{path}: not a readable .npz file ({e})") from None
   manifest: dict = {}
   for k in NPZ_FIELDS:

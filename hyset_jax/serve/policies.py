@@ -34,8 +34,10 @@ from hyset_jax.errors import FieldError, UserError
 
 
 class ToolsFilter(BaseModel):
-  """A request's ``tools`` field (``/v1/retrieve``, MCP ``search_tools``): the tools it may be
-  answered with (:mod:`hyset_jax.inference.filters`), within its key's policy."""
+  # The docstring is the field's description in the published JSON schemas (OpenAPI, MCP
+  # tools/list): user-facing text, no module paths.
+  """The tools a request may be answered with (allow, deny, tags), within its API key's
+  policy; the answer is the exact best set over those tools."""
   model_config = ConfigDict(extra="forbid")
   allow: list[StrictStr] | None = Field(None, description="tool ids, or 'prefix*'; only these")
   deny: list[StrictStr] | None = Field(None, description="tool ids, or 'prefix*'; never these")

@@ -33,6 +33,7 @@ import pathlib
 import pickle
 import struct
 import zipfile
+import zlib
 from typing import Any
 
 import numpy as np
@@ -188,6 +189,17 @@ class _RestrictedUnpickler(pickle.Unpickler):
     return storage
 
 
+# What reading a damaged entry raises: zipfile's own errors, and the decompressors' and its
+# refusals (a method or encryption it lacks) when the flags of a stored entry are flipped.
+_ZIP_ERRORS: tuple[type[BaseException], ...] = (zipfile.BadZipFile, EOFError, OSError,
+                                                NotImplementedError, RuntimeError, zlib.error)
+try:
+  import lzma
+  _ZIP_ERRORS += (lzma.LZMAError,)
+except ImportError:  # a Python built without lzma cannot be asked to decompress it either
+  pass
+
+
 def _record_folder(names: list[str], where: str) -> str:
   """The folder (with its slash) that holds data.pkl: torch names it after the file."""
   found = [n[:-len("data.pkl")] for n in names
@@ -213,7 +225,7 @@ def read_checkpoint(path: str | os.PathLike) -> Any:
     raise UserError(f"checkpoint {path} does not exist or is not a file")
   try:
     archive = zipfile.ZipFile(path)
-  except zipfile.BadZipFile:
+  except (zipfile.BadZipFile, NotImplementedError):  # NotImplementedError: a zip version
     raise UserError(f"{where}: not a zip archive; expected a torch.save checkpoint (torch ≥ "
                     f"1.6's zip format; the legacy format of _use_new_zipfile_serialization="
                     f"False is not read)") from None
@@ -224,7 +236,10 @@ def read_checkpoint(path: str | os.PathLike) -> Any:
     folder = _record_folder(names, where)
     order = "little"
     if f"{folder}byteorder" in names:
-      order = archive.read(f"{folder}byteorder").decode("ascii", "replace").strip()
+      try:  # a damaged entry fails when read, not when the directory is listed
+        order = archive.read(f"{folder}byteorder").decode("ascii", "replace").strip()
+      except _ZIP_ERRORS as e:
+        raise UserError(f"{where}: {folder}byteorder is not readable ({e})") from None
       if order not in ("little", "big"):
         raise UserError(f"{where}: {folder}byteorder is {order!r}; expected little or big")
     try:
@@ -232,8 +247,8 @@ def read_checkpoint(path: str | os.PathLike) -> Any:
       return _RestrictedUnpickler(data, archive, folder, order, where).load()
     except UserError:
       raise
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError,
-            AttributeError, MemoryError, zipfile.BadZipFile, UnicodeDecodeError) as e:
+    except (pickle.UnpicklingError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+            MemoryError, UnicodeDecodeError, *_ZIP_ERRORS) as e:
       raise UserError(f"{where}: {folder}data.pkl is not a readable checkpoint pickle "
                       f"({type(e).__name__}: {e})") from None
 
