@@ -694,9 +694,11 @@ def _apply_model(pieces: dict, op: tuple, files: dict) -> None:
     if name in tensors and tensors[name].size:
       a = tensors[name].copy()
       flat = a.reshape(-1)
+      value = op[3] if a.dtype.kind == "f" else int(op[3]) if math.isfinite(op[3]) else -7
+      if a.dtype.kind != "f" and not np.can_cast(np.min_scalar_type(value), a.dtype):
+        value = 0  # the generator must be able to write it (uint8 cannot hold -7)
       with np.errstate(invalid="ignore", over="ignore"):
-        flat[op[2] % flat.size] = (op[3] if a.dtype.kind == "f" else
-                                   int(op[3]) if math.isfinite(op[3]) else -7)
+        flat[op[2] % flat.size] = value
       tensors[name] = a
   elif kind == "tensor_dtype":
     name = _tensor_name(tensors, op[1])
@@ -710,7 +712,7 @@ def _apply_model(pieces: dict, op: tuple, files: dict) -> None:
   elif kind == "unit":  # a Z row off the unit sphere
     z = tensors.get("tool_embeddings")
     if z is not None and z.ndim == 2 and z.shape[0]:
-      z = z.copy()
+      z = z.astype(np.float64) if z.dtype.kind != "f" else z.copy()  # another mutation's dtype
       z[op[1] % z.shape[0]] *= np.float32(op[2])
       tensors["tool_embeddings"] = z
   elif kind == "asymmetric":
@@ -991,7 +993,8 @@ def _torch_file(case: dict) -> tuple[bytes, dict]:
     if op[0] == "tensor":
       a = state.get(op[1])
       a = a if isinstance(a, np.ndarray) else np.zeros((2, 2), np.float32)
-      state[op[1]] = {"empty": lambda: a[:0], "scalar": lambda: a.reshape(-1)[:1].reshape(()),
+      state[op[1]] = {"empty": lambda: a[:0],
+                      "scalar": lambda: a.reshape(-1)[:1].reshape(()) if a.size else a.sum(),
                       "3d": lambda: a[None], "list": lambda: a.tolist(), "none": lambda: None,
                       "fortran": lambda: np.asfortranarray(a.T)}.get(
                           op[2], lambda: a.astype(op[2]))()
@@ -1168,6 +1171,15 @@ def _one_file(mutation: str, text: str) -> dict:
 
 # (target, case, expected outcome): each a bug the fuzzer found, kept as an example.
 REGRESSIONS = [
+    # The 12-03 20:16 long run: pickle's OverflowError (FRAME / BINUNICODE lengths) and a
+    # UTF-8-flagged zip name that is not UTF-8 escaped the checkpoint reader.
+    ("torch", {"shape": (5, 1, 2), "dtype": "float32", "folder": "archive",
+               "mutations": [("opcode", "flip", 3259, 225)]}, "user_error"),
+    ("torch", {"shape": (4, 1, 2), "dtype": "float32", "folder": "archive",
+               "mutations": [("opcode", "insert", 862, 141)]}, "user_error"),
+    ("torch", {"shape": (2, 1, 2), "dtype": "float32", "folder": "archive",
+               "mutations": [("tensor", "P.weight", "float16"), ("raw", "flip", 476133, 1),
+                             ("zip_field", 8, 2048)]}, "user_error"),
     # json raised ValueError (5000-digit int) and RecursionError (deep nesting): tracebacks.
     ("mcp", {"doc": {"tools": [{"name": "a1"}]}, "damage": ("huge_int", 0)}, "user_error"),
     ("mcp", {"doc": {"tools": []}, "damage": ("deep", 0)}, "user_error"),

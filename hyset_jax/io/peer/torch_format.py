@@ -225,7 +225,8 @@ def read_checkpoint(path: str | os.PathLike) -> Any:
     raise UserError(f"checkpoint {path} does not exist or is not a file")
   try:
     archive = zipfile.ZipFile(path)
-  except (zipfile.BadZipFile, NotImplementedError):  # NotImplementedError: a zip version
+  # NotImplementedError: a zip version; UnicodeDecodeError: a name flagged UTF-8 that is not.
+  except (zipfile.BadZipFile, NotImplementedError, UnicodeDecodeError, ValueError):
     raise UserError(f"{where}: not a zip archive; expected a torch.save checkpoint (torch ≥ "
                     f"1.6's zip format; the legacy format of _use_new_zipfile_serialization="
                     f"False is not read)") from None
@@ -247,8 +248,9 @@ def read_checkpoint(path: str | os.PathLike) -> Any:
       return _RestrictedUnpickler(data, archive, folder, order, where).load()
     except UserError:
       raise
+    # OverflowError: a FRAME or BINUNICODE length past the platform's limit.
     except (pickle.UnpicklingError, ValueError, TypeError, KeyError, IndexError, AttributeError,
-            MemoryError, UnicodeDecodeError, *_ZIP_ERRORS) as e:
+            MemoryError, OverflowError, UnicodeDecodeError, *_ZIP_ERRORS) as e:
       raise UserError(f"{where}: {folder}data.pkl is not a readable checkpoint pickle "
                       f"({type(e).__name__}: {e})") from None
 
