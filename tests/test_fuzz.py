@@ -993,7 +993,7 @@ def _torch_file(case: dict) -> tuple[bytes, dict]:
     if op[0] == "tensor":
       a = state.get(op[1])
       a = a if isinstance(a, np.ndarray) else np.zeros((2, 2), np.float32)
-      state[op[1]] = {"empty": lambda: a[:0],
+      state[op[1]] = {"empty": lambda: a[:0] if a.ndim else a.reshape(-1)[:0],
                       "scalar": lambda: a.reshape(-1)[:1].reshape(()) if a.size else a.sum(),
                       "3d": lambda: a[None], "list": lambda: a.tolist(), "none": lambda: None,
                       "fortran": lambda: np.asfortranarray(a.T)}.get(
