@@ -40,11 +40,11 @@ class _Inputs:
 
   def __init__(self, model, data, config):
     from hyset_jax.inference import pipeline
-    from hyset_jax.model.terms.abstain import no_tool_scores
+    from hyset_jax.model.terms.abstain import irrelevant_split, no_tool_scores
     mc, self.data, self.config, self.model = config.model, data, config, model
     self.plain = model.params._replace(abstain=None)
     self.rel_qs = data.splits[config.data.test_split]
-    irr_qs = data.splits[f"irrelevant_{config.data.test_split}"]
+    irr_qs = data.splits[irrelevant_split(config, config.data.test_split)]
 
     def predict(qs):
       return pipeline.predict_batched(self.plain, model.query_inputs(qs.embeddings, qs.texts),
@@ -149,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
   model = load_model_dir(args.model)
   config = config_lib.resolve(args.config)
   data = prepare_data(config)
-  name = f"irrelevant_{config.data.test_split}"
+  from hyset_jax.model.terms.abstain import irrelevant_split
+  name = irrelevant_split(config, config.data.test_split)
   if name not in data.splits:
     raise UserError(f"{config.data.spec}: no split {name!r} of requests that need no tool "
                     f"(the bfcl reader has them)")
