@@ -32,7 +32,7 @@ import dataclasses
 import json
 import pathlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -130,24 +130,25 @@ def hold_out(queries: Sequence[Query], n_sets: int, seed: int, kept: set[str],
   return UnseenSplit(train, test, tuple(sorted(test_sets)), validation, tuple(sorted(val_sets)))
 
 
-def write_beir(out: pathlib.Path, dataset: Dataset, split: UnseenSplit) -> None:
-  """corpus.jsonl, queries.jsonl and qrels/{train,[validation,]test}.tsv under ``out`` (beir.py's
-  layout)."""
+def write_beir(out: pathlib.Path, dataset: Dataset,
+               splits: Mapping[str, Sequence[Query]]) -> None:
+  """corpus.jsonl (``dataset.tools``), queries.jsonl and qrels/<name>.tsv under ``out``
+  (beir.py's layout), one qrels file per non-empty split of ``splits``; an empty validation
+  split is left out, so that training carves one from train when the data is read."""
   with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
     for tool_id, text, meta in zip(dataset.tools.ids, dataset.tools.texts, dataset.tools.metadata):
       # The reader's tool text is title + " " + text, stripped: an empty title keeps it.
       f.write(json.dumps({"_id": tool_id, "title": "", "text": text, "metadata": meta},
                          ensure_ascii=False) + "\n")
   with open(out / "queries.jsonl", "w", encoding="utf-8") as f:
-    for q in split.train + split.validation + split.test:
+    for q in (q for qs in splits.values() for q in qs):
       meta = {"source": q.source} if q.source else {}
       f.write(json.dumps({"_id": q.id, "text": q.text, "metadata": meta}, ensure_ascii=False)
               + "\n")
   (out / "qrels").mkdir()
-  for name, qs in (("train", split.train), ("validation", split.validation),
-                   ("test", split.test)):
-    if name == "validation" and not qs:
-      continue  # carved from train when the data is read
+  for name, qs in splits.items():
+    if not qs:
+      continue
     with open(out / "qrels" / f"{name}.tsv", "w", encoding="utf-8") as f:
       f.write("query-id\tcorpus-id\tscore\n")
       for q in qs:
@@ -204,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
     kept = train_after_carve(queries, dataset, args.validation_fraction)
   split = hold_out(queries, args.sets, args.seed, kept, args.validation_sets)
   with io_utils.atomic_dir(out, args.force) as tmp:
-    write_beir(tmp, dataset, split)
+    write_beir(tmp, dataset, {"train": split.train, "validation": split.validation,
+                              "test": split.test})
     counts = check_written(tmp, args.validation_fraction)
     n_multi = len({tuple(q.gold) for q in queries if len(q.gold) >= 2})
     manifest = {
