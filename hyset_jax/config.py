@@ -135,6 +135,10 @@ class TrainConfig:
   # queries'). Not in the paper; 0 = off.
   query_noise: float = 0.0
   interaction_l2: float = 1e-4        # λ
+  # A model directory to start θ from instead of the dense start (continued training, k-shot
+  # adaptation; hyset_jax.training.warm_start): carried onto the data set's tools, a fresh
+  # optimiser. "" = the dense start. A checkpoint in the workdir still wins (resume).
+  init_model: str = ""
   log_every: int = 50
   eval_every: int = 250
   checkpoint_every: int = 250

@@ -45,7 +45,7 @@ import numpy as np
 import optax
 
 from hyset_jax.model import parameters
-from hyset_jax.training import batches, train, workdir
+from hyset_jax.training import batches, train, warm_start, workdir
 from hyset_jax import config as config_lib
 from hyset_jax.errors import UserError
 from hyset_jax.evaluation.evaluator import evaluate_split
@@ -216,32 +216,6 @@ def _jit_forward(spec):
   return jax.jit(functools.partial(tuning.forward, spec))
 
 
-def theta_from_model_dir(path: str | pathlib.Path, data: TrainingData,
-                         mc: config_lib.ModelConfig) -> dict[str, jax.Array]:
-  """θ's trained leaves (as ``parameters.init_theta`` lays them out) from a saved model
-  directory, e.g. the ``best/`` of a ``hyset train`` run: fine-tuning then starts from a
-  trained θ instead of the dense start.
-
-  Raises:
-    UserError: the directory's tools, M or interaction layout do not match the config.
-  """
-  from hyset_jax.io import modeldir
-  saved = modeldir.load_model_dir(path)
-  if tuple(saved.tool_ids) != tuple(data.tool_ids):
-    raise UserError(f"{path}: its tool_ids are not the data set's tools in the same order")
-  if saved.max_set_size != mc.max_set_size:
-    raise UserError(f"{path}: max_set_size {saved.max_set_size}, the config has "
-                    f"model.max_set_size = {mc.max_set_size}")
-  params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), saved.params)
-  if (params.tower is not None) != (mc.tower_depth > 0):
-    raise UserError(f"{path}: {'has' if params.tower is not None else 'has no'} query tower, "
-                    f"the config has model.tower_depth = {mc.tower_depth}")
-  if (params.conditioned is not None) != mc.conditioned:
-    raise UserError(f"{path}: {'has' if params.conditioned is not None else 'has no'} "
-                    f"query-conditioned term, the config has model.conditioned = {mc.conditioned}")
-  return parameters.theta_of(params, mc)
-
-
 class _EncoderSide(NamedTuple):
   """The trainable query encoder of a run; all None (and no tables) for mode ``frozen``.
 
@@ -287,8 +261,8 @@ def finetune(config: config_lib.Config, tune: EncoderTuneConfig, out: str | path
     out: the output directory (see the module docstring); refused if it exists and is not
       empty, unless ``force``.
     data: already prepared data (default: ``train_data.prepare_data(config)``).
-    init_model: start θ from this model directory (:func:`theta_from_model_dir`) instead of
-      the dense start.
+    init_model: start θ from this model directory instead of the dense start
+      (:func:`warm_start.theta_from_model`: carried onto the data set's tools).
     progress: show progress bars.
     export: write encoder/ and model/ (tests of the loop alone skip it).
 
@@ -370,7 +344,7 @@ def _initial_theta(run: _Run, init_model: str | pathlib.Path | None) -> dict[str
   """θ's starting leaves: those of ``init_model``, or the dense start."""
   mc, data = run.config.model, run.data
   if init_model is not None:
-    return theta_from_model_dir(init_model, data, mc)
+    return warm_start.theta_from_model(init_model, data, mc)
   return parameters.init_theta(data.tool_embeddings, run.train_qs.embeddings.shape[1], mc,
                                run.config.train.seed)
 

@@ -33,7 +33,7 @@ from hyset_jax.evaluation.evaluator import evaluate_split
 from hyset_jax.inference import enumeration, pipeline, subsets
 from hyset_jax.model import parameters, scoring
 from hyset_jax.training import (batches, checkpoints, curves, losses, post_theta, rewards,
-                                sharding, step_cost)
+                                sharding, step_cost, warm_start)
 from hyset_jax.training import workdir as workdir_lib
 from hyset_jax.training.train_data import TrainingData, prepare_data
 
@@ -193,10 +193,17 @@ def abstract_state(num_tools: int, tool_dim: int, query_dim: int, mc, tc, optimi
 
 def create_train_state(data: TrainingData, query_dim: int, mc, tc, optimizer,
                        mesh: jax.sharding.Mesh) -> TrainState:
-  """θ at the natural start (every process from process 0's encoder output) and its optimiser,
-  placed as :func:`abstract_state` says (Z on ``tools``)."""
+  """θ at the natural start (every process from process 0's encoder output), or the model of
+  ``tc.init_model`` (:mod:`hyset_jax.training.warm_start`), and a fresh optimiser state, placed
+  as :func:`abstract_state` says (Z on ``tools``)."""
   tools = np.asarray(sharding.from_first_process(data.tool_embeddings), np.float32)
   abstract = abstract_state(tools.shape[0], tools.shape[1], query_dim, mc, tc, optimizer, mesh)
+  if tc.init_model:
+    theta = warm_start.theta_from_model(tc.init_model, data, mc)
+    placed = jax.tree.map(lambda a, s: jax.make_array_from_callback(a.shape, s, lambda i: a[i]),
+                          theta, jax.tree.map(lambda x: x.sharding, abstract.theta))
+    return TrainState(placed, jax.jit(optimizer.init, out_shardings=jax.tree.map(
+        lambda x: x.sharding, abstract.opt_state))(placed))
   # Each device receives only its rows of the encoder output (a multi-process job too).
   z_sharding = abstract.theta["z"].sharding
   tools = jax.make_array_from_callback(tools.shape, z_sharding, lambda idx: tools[idx])
