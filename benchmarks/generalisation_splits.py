@@ -12,9 +12,10 @@ and re-split:
   in a seeded order, leave the training library; every query that needs one is a test query.
 - ``categories`` (UC, held-out categories): ``--categories`` of the library's categories, drawn
   the same way; a tool is held out when each of its categories is (UltraTool tools can belong to
-  several domains), and every query that needs a held-out tool is a test query, except
-  ``--shots`` of each held-out category's queries, kept apart as the ``shots`` split for k-shot
-  adaptation (the first k of a category's shots in file order are its k-shot set). A tool's
+  several domains), and the queries that need a held-out tool are split per category, in a
+  seeded order: the first ``--adapt-fraction`` go to the ``adapt`` split, the rest to ``test``.
+  ``adapt`` is what adaptation may learn from: the first k queries of each category in it (file
+  order) are its k-shot set, all of it is full supervision of those categories. A tool's
   categories: ToolLens' ``category_name:`` in the tool text, Seal-Tools' ``field`` up to its
   first ``/`` (2,276 fields, 146 top-level ones), UltraTool's ``domain`` list, a ToolBench or
   BFCL ``category`` (:func:`categories_of`).
@@ -27,7 +28,7 @@ and re-split:
 
 Layout. ``tools`` and ``categories`` write two BEIR folders: ``DIR/train`` (the library without
 the held-out tools; ``qrels/train.tsv``, validation carved from it when read) and ``DIR/test``
-(the whole library; ``qrels/test.tsv`` and, for categories, ``qrels/shots.tsv``). A model
+(the whole library; ``qrels/test.tsv`` and, for categories, ``qrels/adapt.tsv``). A model
 trained on ``beir:DIR/train`` is scored on ``beir:DIR/test`` through the cross-library path of
 ``hyset eval --model M --data beir:DIR/test`` (the held-out tools get the encoder's embedding).
 ``pairs`` and ``sets`` write one folder (every tool is known). Each writes ``split.json`` (source,
@@ -55,7 +56,7 @@ from hyset_jax.errors import UserError
 KINDS = ("tools", "categories", "pairs", "sets")
 DEFAULT_FRACTION = 0.1
 DEFAULT_CATEGORIES = 3
-DEFAULT_SHOTS = 10
+DEFAULT_ADAPT_FRACTION = 0.5
 DEFAULT_PAIRS = 30
 DEFAULT_VALIDATION_PAIRS = 15
 _TOOLLENS_CATEGORY = re.compile(r"category_name:([^,]*),")
@@ -86,11 +87,11 @@ def categories_of(text: str, metadata: Mapping | None) -> frozenset[str]:
 
 @dataclasses.dataclass(frozen=True)
 class HeldOut:
-  """A split with held-out tools: train (over ``library`` minus ``tools``), test, shots."""
+  """A split with held-out tools: train (over ``library`` minus ``tools``), test, adapt."""
   train: tuple[Query, ...]
   test: tuple[Query, ...]
   tools: tuple[str, ...]
-  shots: tuple[Query, ...] = ()
+  adapt: tuple[Query, ...] = ()
   categories: tuple[str, ...] = ()
 
 
@@ -115,10 +116,10 @@ def hold_out_tools(queries: Sequence[Query], fraction: float, seed: int) -> Held
 
 
 def hold_out_categories(queries: Sequence[Query], library: ToolLibrary, n_categories: int,
-                        seed: int, shots: int) -> HeldOut:
+                        seed: int, adapt_fraction: float) -> HeldOut:
   """UC: ``n_categories`` categories drawn in a seeded order among those some gold set needs;
-  their tools (every category held out) leave training, ``shots`` queries per category are kept
-  apart (seeded), the other queries that need a held-out tool are the test."""
+  their tools (every category held out) leave training; per category, ``adapt_fraction`` of the
+  queries that need them (seeded, at least one) form the adaptation pool, the rest the test."""
   cats = {t: categories_of(text, meta)
           for t, text, meta in zip(library.ids, library.texts, library.metadata)}
   named = {t for q in queries for t in q.gold}
@@ -135,15 +136,14 @@ def hold_out_categories(queries: Sequence[Query], library: ToolLibrary, n_catego
   for q in needing:  # a query's category: the first (sorted) held-out category it needs
     by_category[min(c for t in q.gold if t in held for c in cats[t])].append(q)
   rng = np.random.default_rng(seed + 1)
-  shot_ids = set()
-  shot_list: list[Query] = []
+  adapt: list[Query] = []
   for category in sorted(by_category):
     qs = by_category[category]
-    picked = [qs[i] for i in rng.permutation(len(qs))[:min(shots, len(qs) - 1)]]
-    shot_list += picked
-    shot_ids |= {q.id for q in picked}
-  test = tuple(q for q in needing if q.id not in shot_ids)
-  return HeldOut(train, test, tuple(sorted(held)), tuple(shot_list), tuple(sorted(chosen)))
+    n = min(len(qs) - 1, max(1, round(adapt_fraction * len(qs))))
+    adapt += [qs[i] for i in rng.permutation(len(qs))[:n]]
+  ids = {q.id for q in adapt}
+  test = tuple(q for q in needing if q.id not in ids)
+  return HeldOut(train, test, tuple(sorted(held)), tuple(adapt), tuple(sorted(chosen)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,7 +209,7 @@ def _read(root: pathlib.Path) -> Dataset:
 
 def check_held_out_tools(out: pathlib.Path, held: Sequence[str]) -> dict[str, int]:
   """Reads DIR/train and DIR/test back: no held-out tool in the training library or a training
-  gold set; every test (and shots) query needs one; returns the counts."""
+  gold set; every test (and adapt) query needs one; returns the counts."""
   train, test = _read(out / "train"), _read(out / "test")
   held = set(held)
   leaked = held & set(train.tools.ids)
@@ -220,7 +220,7 @@ def check_held_out_tools(out: pathlib.Path, held: Sequence[str]) -> dict[str, in
                        f"library, {len(in_gold)} training queries need one, {len(needless)} test "
                        f"queries need none")
   return {"train": len(train.split("train")), "test": len(test.split("test")),
-          "shots": len(test.splits.get("shots", ())), "train_tools": len(train.tools.ids),
+          "adapt": len(test.splits.get("adapt", ())), "train_tools": len(train.tools.ids),
           "test_tools": len(test.tools.ids), "held_out_tools": len(held)}
 
 
@@ -255,12 +255,12 @@ def _build(args: argparse.Namespace, dataset: Dataset, queries: list[Query], tmp
   if args.kind == "tools":
     split = hold_out_tools(queries, args.fraction, args.seed)
   else:
-    split = hold_out_categories(queries, lib, args.categories, args.seed, args.shots)
+    split = hold_out_categories(queries, lib, args.categories, args.seed, args.adapt_fraction)
   _write(tmp / "train", _library_without(lib, split.tools), {"train": split.train})
-  _write(tmp / "test", lib, {"test": split.test, **({"shots": split.shots} if split.shots
+  _write(tmp / "test", lib, {"test": split.test, **({"adapt": split.adapt} if split.adapt
                                                       else {})})
   return {"held_out_tools": list(split.tools), "held_out_categories": list(split.categories),
-          "shots_per_category": args.shots if args.kind == "categories" else None,
+          "adapt_fraction": args.adapt_fraction if args.kind == "categories" else None,
           "counts": check_held_out_tools(tmp, split.tools),
           "checks": "the training library and training gold sets hold no held-out tool; every "
                     "test query needs one"}
@@ -270,12 +270,12 @@ def run(args: argparse.Namespace) -> int:
   from hyset_jax import io_utils
   from hyset_jax.data.specs import load_dataset
   checks = {"fraction": 0 < args.fraction < 1, "categories": args.categories >= 1,
-            "shots": args.shots >= 0, "pairs": args.pairs >= 1,
+            "adapt_fraction": 0 < args.adapt_fraction < 1, "pairs": args.pairs >= 1,
             "validation_pairs": args.validation_pairs >= 0}
   for name, ok in checks.items():
     if not ok:
       raise UserError(f"--{name.replace('_', '-')} is out of range: "
-                      f"{getattr(args, name)} (fraction in (0, 1); counts >= 1, shots >= 0)")
+                      f"{getattr(args, name)} (fractions in (0, 1), counts >= 1)")
   out = pathlib.Path(args.out)
   if out.exists() and not out.is_dir():
     raise UserError(f"--out {out} is a file; this script writes a directory")
@@ -316,9 +316,10 @@ def main(argv: list[str] | None = None) -> int:
                            f"(default {DEFAULT_FRACTION})")
   parser.add_argument("--categories", type=int, default=DEFAULT_CATEGORIES,
                       help=f"categories: how many to hold out (default {DEFAULT_CATEGORIES})")
-  parser.add_argument("--shots", type=int, default=DEFAULT_SHOTS,
-                      help=f"categories: queries per held-out category kept apart for k-shot "
-                           f"adaptation (default {DEFAULT_SHOTS})")
+  parser.add_argument("--adapt-fraction", type=float, default=DEFAULT_ADAPT_FRACTION,
+                      help=f"categories: share of each held-out category's queries in the adapt "
+                           f"split (k-shot and full supervision); the rest is the test "
+                           f"(default {DEFAULT_ADAPT_FRACTION})")
   parser.add_argument("--pairs", type=int, default=DEFAULT_PAIRS,
                       help=f"pairs: held-out pairs for test (default {DEFAULT_PAIRS})")
   parser.add_argument("--validation-pairs", type=int, default=DEFAULT_VALIDATION_PAIRS,

@@ -61,9 +61,9 @@ def test_unseen_pairs_are_new_pairs_of_known_tools(tmp_path):
   assert {t for q in test + data.split("validation") for t in q.gold} <= train_tools
 
 
-def test_held_out_categories_with_shots_on_seal_tools(tmp_path):
+def test_held_out_categories_with_an_adapt_split_on_seal_tools(tmp_path):
   out, manifest = _build(tmp_path, "uc", "--kind", "categories", "--data", SEAL,
-                         "--categories", "4", "--shots", "5", "--seed", "2")
+                         "--categories", "4", "--adapt-fraction", "0.3", "--seed", "2")
   test = load_dataset(f"beir:{out}/test")
   train = load_dataset(f"beir:{out}/train")
   chosen = set(manifest["held_out_categories"])
@@ -74,14 +74,16 @@ def test_held_out_categories_with_shots_on_seal_tools(tmp_path):
   # A tool is held out exactly when it is needed by some query and each of its categories is.
   assert all(cats[t] and cats[t] <= chosen for t in held)
   assert not held & set(train.tools.ids)
-  shots, tests = test.split("shots"), test.split("test")
-  assert not {q.id for q in shots} & {q.id for q in tests}
-  per_category: dict[str, int] = {}
-  for q in shots:
-    category = min(c for t in q.gold if t in held for c in cats[t])
-    per_category[category] = per_category.get(category, 0) + 1
-  assert per_category and max(per_category.values()) <= 5
-  assert set(per_category) <= chosen
+  adapt, tests = test.split("adapt"), test.split("test")
+  assert not {q.id for q in adapt} & {q.id for q in tests}
+  category = lambda q: min(c for t in q.gold if t in held for c in cats[t])
+  for c in {category(q) for q in adapt + tests}:
+    n_adapt = sum(category(q) == c for q in adapt)
+    n_all = n_adapt + sum(category(q) == c for q in tests)
+    assert n_adapt == min(n_all - 1, max(1, round(0.3 * n_all))), c
+  # The adapt split lists each category's queries together: its first k are the k-shot set.
+  order = [category(q) for q in adapt]
+  assert order == sorted(order)
 
 
 @pytest.mark.parametrize("args, expected", [
