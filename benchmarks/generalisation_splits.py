@@ -85,6 +85,17 @@ def categories_of(text: str, metadata: Mapping | None) -> frozenset[str]:
   return frozenset({found.group(1).strip()}) if found and found.group(1).strip() else frozenset()
 
 
+def query_category(query: Query, held: set[str], cats: Mapping[str, frozenset[str]]) -> str:
+  """A held-out-category query's category: the first (sorted) category of its held-out tools."""
+  return min(c for t in query.gold if t in held for c in cats[t])
+
+
+def library_categories(library: ToolLibrary) -> dict[str, frozenset[str]]:
+  """Each tool's :func:`categories_of`."""
+  return {t: categories_of(text, meta)
+          for t, text, meta in zip(library.ids, library.texts, library.metadata)}
+
+
 @dataclasses.dataclass(frozen=True)
 class HeldOut:
   """A split with held-out tools: train (over ``library`` minus ``tools``), test, adapt."""
@@ -120,8 +131,7 @@ def hold_out_categories(queries: Sequence[Query], library: ToolLibrary, n_catego
   """UC: ``n_categories`` categories drawn in a seeded order among those some gold set needs;
   their tools (every category held out) leave training; per category, ``adapt_fraction`` of the
   queries that need them (seeded, at least one) form the adaptation pool, the rest the test."""
-  cats = {t: categories_of(text, meta)
-          for t, text, meta in zip(library.ids, library.texts, library.metadata)}
+  cats = library_categories(library)
   named = {t for q in queries for t in q.gold}
   candidates = {c for t in named for c in cats[t]}
   if n_categories > len(candidates):
@@ -133,8 +143,8 @@ def hold_out_categories(queries: Sequence[Query], library: ToolLibrary, n_catego
     raise UserError(f"categories {sorted(chosen)} hold no tool whose every category is held out")
   train, needing = _split_by_tools(queries, held)
   by_category: dict[str, list[Query]] = collections.defaultdict(list)
-  for q in needing:  # a query's category: the first (sorted) held-out category it needs
-    by_category[min(c for t in q.gold if t in held for c in cats[t])].append(q)
+  for q in needing:
+    by_category[query_category(q, held, cats)].append(q)
   rng = np.random.default_rng(seed + 1)
   adapt: list[Query] = []
   for category in sorted(by_category):

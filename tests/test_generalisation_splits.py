@@ -8,7 +8,9 @@ import pathlib
 import pytest
 
 from benchmarks import generalisation_splits as gs
+from hyset_jax import config as config_lib
 from hyset_jax.data.specs import load_dataset
+from hyset_jax.training.train_data import prepare_data
 
 DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
 TOOLLENS = f"beir:{DATA / 'toollens'}"
@@ -35,6 +37,13 @@ def test_held_out_tools_leave_the_training_library(tmp_path):
   # Every pooled query with gold is in exactly one of the two.
   ids = [q.id for q in train.split("train")] + [q.id for q in test.split("test")]
   assert len(ids) == len(set(ids)) == manifest["pooled_queries"]
+  # Training reads the train folder although it has no test split (validation only).
+  c = config_lib.Config()
+  c.data = config_lib.DataConfig(spec=f"beir:{out}/train", max_train_queries=16,
+                                 max_eval_queries=16)
+  data = prepare_data(config_lib.validate(c))
+  assert set(data.splits) == {"train", "validation"}
+  assert len(data.tool_ids) == len(train.tools.ids)
 
 
 def test_same_seed_same_split_other_seed_other_split(tmp_path):

@@ -63,7 +63,12 @@ def test_training_continues_from_the_model(trained, tmp_path):
   # One step at a learning rate that cannot move θ: the run ends where the model was.
   c = small_config(init_model=str(final), num_steps=1, learning_rate=1e-12, warmup_steps=0,
                    eval_every=1, log_every=1, checkpoint_every=1)
-  train.train_and_evaluate(c, tmp_path / "b", data=data, progress=False, num_devices=1)
+  # A data set without a test split trains too (a held-out-tools split's train folder).
+  no_test = dataclasses.replace(data, splits={k: v for k, v in data.splits.items()
+                                              if k != "test"})
+  summary = train.train_and_evaluate(c, tmp_path / "b", data=no_test, progress=False,
+                                     num_devices=1)
+  assert "test" not in summary and summary["steps"] == 1
   start, end = modeldir.load_model_dir(final), modeldir.load_model_dir(tmp_path / "b" / "final")
   np.testing.assert_allclose(end.params.tool_embeddings, start.params.tool_embeddings, atol=1e-6)
   np.testing.assert_allclose(end.params.interactions, start.params.interactions, atol=1e-6)

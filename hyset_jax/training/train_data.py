@@ -69,6 +69,11 @@ def prepare_data(config: config_lib.Config) -> TrainingData:
   index = dataset.tools.index()
   configured = ((c.train_split, c.max_train_queries), (c.val_split, c.max_eval_queries),
                 (c.test_split, c.max_eval_queries))
+  if c.test_split not in dataset.splits:
+    # A training library without test queries (e.g. a held-out-tools split's train folder,
+    # whose test needs tools it lacks): the run reports validation only.
+    log.info("%s has no %r split: no test metrics at the end", c.spec, c.test_split)
+    configured = configured[:2]
   names = {name for name, _ in configured}
   # Splits of no-tool queries only: encoded for abstention, after the configured ones.
   no_tool = [(name, c.max_eval_queries) for name, qs in dataset.splits.items()
