@@ -23,6 +23,17 @@ from benchmarks import provenance
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
+def _rss_mb() -> float:
+  """This process's resident memory now (Linux /proc; 0 where there is none)."""
+  try:
+    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+      if line.startswith("VmRSS:"):
+        return int(line.split()[1]) / 1024
+  except OSError:
+    pass
+  return 0.0
+
+
 def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--minutes", type=float, required=True, help="total time, split over targets")
@@ -81,9 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     cases = sum(outcomes.values())
     report["targets"][name] = {"cases": cases, "failures": len(failures),
                                "outcomes": dict(outcomes), "seconds":
-                               round(time.monotonic() - start, 1), "failed": failures}
-    print(f"{name:12s} {cases:7d} cases  {len(failures)} failures  {dict(outcomes)}",
-          flush=True)
+                               round(time.monotonic() - start, 1), "failed": failures,
+                               "rss_mb_after": _rss_mb()}
+    print(f"{name:12s} {cases:7d} cases  {len(failures)} failures  {dict(outcomes)}  "
+          f"RSS {_rss_mb():.0f} MB", flush=True)
   total = sum(t["cases"] for t in report["targets"].values())
   bad = sum(t["failures"] for t in report["targets"].values())
   report["total_cases"], report["total_failures"] = total, bad
