@@ -428,3 +428,18 @@ def test_bfcl_not_installed(monkeypatch):
   monkeypatch.setattr(sys, "path", [])
   with pytest.raises(UserError, match="pip install --no-deps bfcl-eval"):
     bfcl.find_data_dir()
+
+
+def test_beir_ids_with_surrounding_spaces_round_trip(tmp_path):
+  """ToolBench names tools like " Quotes API": written to a BEIR folder, the qrels' (stripped)
+  TSV field still names the corpus id."""
+  from hyset_jax.data.beir import load_beir
+  (tmp_path / "qrels").mkdir()
+  (tmp_path / "corpus.jsonl").write_text(
+      '{"_id": " Quotes API::q", "title": "", "text": "quotes"}\n'
+      '{"_id": "b", "title": "", "text": "other"}\n')
+  (tmp_path / "queries.jsonl").write_text('{"_id": "x", "text": "a quote please"}\n')
+  (tmp_path / "qrels" / "test.tsv").write_text(
+      "query-id\tcorpus-id\tscore\nx\t Quotes API::q\t1\nx\tb\t1\n")
+  data = load_beir(str(tmp_path))
+  assert data.split("test")[0].gold == (" Quotes API::q", "b")

@@ -128,6 +128,16 @@ def read_queries(path: str) -> dict[str, tuple[str, str]]:
   return queries
 
 
+def _stripped_aliases(ids) -> dict[str, str]:
+  """stripped id -> id, for the ids that change when stripped and whose stripped form is
+  neither another id nor shared."""
+  out: dict[str, str | None] = {}
+  for i in ids:
+    if i != i.strip() and i.strip() not in ids:
+      out[i.strip()] = None if i.strip() in out else i
+  return {k: v for k, v in out.items() if v is not None}
+
+
 def _read_qrels(path: str, queries: dict[str, Any],
                 tool_ids: set[str]) -> tuple[dict[str, set[str]], int]:
   """Gold sets of one split, and how many queries had only score-0 rows."""
@@ -135,7 +145,14 @@ def _read_qrels(path: str, queries: dict[str, Any],
   zero_only: dict[str, None] = {}
   unknown_queries: dict[str, int] = {}  # id -> first line
   unknown_tools: dict[str, int] = {}
+  # TSV fields are read stripped, so an id with surrounding spaces in corpus.jsonl or
+  # queries.jsonl (ToolBench has tool names like " Quotes API") is matched by its stripped
+  # form when that names exactly one.
+  tool_alias = _stripped_aliases(tool_ids)
+  query_alias = _stripped_aliases(queries)
   for line, (query_id, tool_id, score_text) in files.read_tsv(path, QRELS_HEADER):
+    query_id = query_id if query_id in queries else query_alias.get(query_id, query_id)
+    tool_id = tool_id if tool_id in tool_ids else tool_alias.get(tool_id, tool_id)
     try:
       score = int(score_text)
     except ValueError:
