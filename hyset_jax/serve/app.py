@@ -17,7 +17,8 @@ its policy does not permit.
 
 Errors are JSON, ``{"error": {"field": "...", "message": "..."}}``: 400 for a body that is
 not JSON, 413 for a body over ``max_body_bytes``, 422 for a value that is wrong (the field
-names it: ``query``, ``queries[3]``, ``max_size``, …), 404 for an unknown path, 503 for a
+names it: ``query``, ``queries[3]``, ``max_size``, …), 404 for an unknown path, 409 (field
+``persist``) for a catalogue update that could not be written to ``--persist``, 503 for a
 request not answered within ``request_timeout_s``, 500 (never a dead server) for anything
 unexpected. An error body never holds a traceback, an exception's text or a file path: a 500
 says only "internal error" and a request id, and the details go to the server's log (stderr)
@@ -45,8 +46,8 @@ from hyset_jax.errors import FieldError
 from hyset_jax.serve import policies as policies_lib
 from hyset_jax.serve.batching import MicroBatcher
 from hyset_jax.serve.policies import ToolsFilter
-from hyset_jax.serve.catalogue import (Catalogue, Ticket, ToolIn, UpdateRequest, batch_key,
-                                       run_batch)
+from hyset_jax.serve.catalogue import (Catalogue, PersistError, Ticket, ToolIn, UpdateRequest,
+                                       batch_key, run_batch)
 from hyset_jax.serve.retriever import RANKINGS, Retriever, check_text
 
 log = logging.getLogger("hyset.serve")
@@ -292,8 +293,8 @@ def _add_catalogue_routes(app: FastAPI, catalogue: Catalogue, batcher: MicroBatc
     return Json({"version": snapshot.version, "count": len(defs), "tools": defs})
 
   @app.post("/v1/tools", response_model=UpdateResponse,
-            responses={400: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
-                       422: {"model": ErrorResponse}})
+            responses={400: {"model": ErrorResponse}, 409: {"model": ErrorResponse},
+                       413: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
   async def update_tools(request: UpdateRequest, http: Request):
     """Add, update (an added id that exists) and remove tools while serving, atomically:
     requests in flight finish on the old library, later ones see the new one."""
@@ -307,6 +308,8 @@ def _add_catalogue_routes(app: FastAPI, catalogue: Catalogue, batcher: MicroBatc
       return Json(await catalogue.update(request.add, request.remove, batcher))
     except FieldError as e:
       return error(422, e.field, e.message)
+    except PersistError as e:  # the --persist folder was removed or replaced, the disk is full
+      return error(409, "persist", str(e))
 
 
 def _expected(path: str, field: str) -> str:

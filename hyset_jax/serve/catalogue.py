@@ -16,7 +16,7 @@ entirely off to the side — model edited, every prepared set-size limit prepare
 Z M_m, the neighbour table), the batch shapes compiled, the model directory written when
 ``persist`` names one — and only then replaces the reference. Requests in flight finish on the
 old library; later ones see the new one. Updates run one at a time; one that fails (a bad
-value, a write error) leaves the served library as it was.
+value, a write error: :class:`PersistError`) leaves the served library as it was.
 """
 from __future__ import annotations
 
@@ -32,10 +32,15 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from hyset_jax.data.tooltext import definition, render_tool, schema_metadata
-from hyset_jax.errors import FieldError
+from hyset_jax.errors import FieldError, UserError
 from hyset_jax.serve.retriever import Options, Retriever, check_text
 
 log = logging.getLogger("hyset.serve")
+
+
+class PersistError(Exception):
+  """An update that could not be written to ``persist``: it is not applied (HTTP 409). The
+  message names no path (error bodies never do); the server's log has the reason."""
 
 
 class ToolIn(BaseModel):
@@ -207,7 +212,12 @@ def build_successor(retriever: Retriever, plan: Plan, embeddings: dict[str, np.n
     successor.warm_up(encoder=False)  # a new library size is a new shape to compile
   if persist is not None:
     from hyset_jax.io import modeldir
-    modeldir.save_model_dir(persist, model, force=True)
+    try:
+      modeldir.save_model_dir(persist, model, force=True)
+    except (UserError, OSError) as e:  # a folder removed or replaced, a full disk
+      log.error("catalogue update not persisted: %s", e)
+      raise PersistError("the update could not be written to the --persist directory (the "
+                         "reason is in the server's log); the catalogue is unchanged") from None
   return successor
 
 

@@ -43,7 +43,8 @@ from hyset_jax.errors import FieldError
 from hyset_jax.serve import policies as policies_lib
 from hyset_jax.serve.batching import MicroBatcher
 from hyset_jax.serve.policies import ToolsFilter
-from hyset_jax.serve.catalogue import Catalogue, Ticket, ToolIn, batch_key, run_batch
+from hyset_jax.serve.catalogue import (Catalogue, PersistError, Ticket, ToolIn, batch_key,
+                                       run_batch)
 from hyset_jax.serve.retriever import Retriever, check_text
 
 log = logging.getLogger("hyset.serve")
@@ -180,6 +181,8 @@ def build_server(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: floa
         return UpdateResult(**await catalogue.update(add, remove, batcher))
       except FieldError as e:
         raise ToolError(str(e)) from None
+      except PersistError as e:
+        raise ToolError(f"persist: {e}") from None
       except Exception as e:  # noqa: BLE001 - as in search_tools
         raise internal_error(UPDATE_TOOL_NAME, e) from None
 

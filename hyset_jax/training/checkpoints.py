@@ -2,9 +2,15 @@
 automatically from the newest step that reads (broken newer ones are skipped with a warning)."""
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import pathlib
+import re
+import shutil
 import sys
+
+from hyset_jax.errors import UserError
 
 log = logging.getLogger("hyset_jax.training.train")
 
@@ -39,6 +45,24 @@ def _quiet_closed_loop_callbacks() -> None:
   sys.unraisablehook = hook
 
 
+class _DropErrors(logging.Filter):
+  def filter(self, record: logging.LogRecord) -> bool:
+    return record.levelno < logging.ERROR
+
+
+@contextlib.contextmanager
+def _orbax_errors_raised_not_logged():
+  """Orbax's writer threads log a failed write with its traceback (on the ``absl`` logger)
+  before the save raises it; :func:`save` turns the raised error into one line, so the log
+  records are dropped while it runs."""
+  logger, drop = logging.getLogger("absl"), _DropErrors()
+  logger.addFilter(drop)
+  try:
+    yield
+  finally:
+    logger.removeFilter(drop)
+
+
 def restore_latest(mngr, abstract_state):
   """(state, loop-state dict) of the newest checkpoint that restores, or None.
 
@@ -58,11 +82,40 @@ def restore_latest(mngr, abstract_state):
   return None
 
 
+def io_reason(e: BaseException) -> str:
+  """What went wrong in a failed write, in a few words: an OSError's text, or the OS error
+  TensorStore names (``... File too large [os_error_code='27']``), else the message's start."""
+  if isinstance(e, OSError) and e.strerror:
+    return e.strerror
+  code = re.search(r"os_error_code='(\d+)'", str(e))
+  return os.strerror(int(code.group(1))) if code else str(e)[:200]
+
+
 def save(mngr, step: int, state, loop: dict) -> None:
-  """Save ``state`` and the JSON-able ``loop`` at ``step``, once (Orbax refuses a saved step)."""
+  """Save ``state`` and the JSON-able ``loop`` at ``step``, once (Orbax refuses a saved step).
+
+  Raises:
+    UserError: when the step cannot be written (a full disk, a read-only folder). Orbax writes
+      into ``<step>.orbax-checkpoint-tmp`` and renames it only when complete, so the older
+      checkpoints are untouched; the partial folder is removed, and a rerun resumes from the
+      newest complete step.
+  """
   import orbax.checkpoint as ocp
   if step in mngr.all_steps():
     return
-  mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                          loop=ocp.args.JsonSave(loop)), force=True)
-  mngr.wait_until_finished()
+  _quiet_closed_loop_callbacks()  # a failed write's pending TensorStore callbacks, as above
+  try:
+    with _orbax_errors_raised_not_logged():
+      mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                              loop=ocp.args.JsonSave(loop)), force=True)
+      mngr.wait_until_finished()
+  except Exception as e:  # noqa: BLE001 - TensorStore reports a failed write as a ValueError
+    log.debug("checkpoint step %d failed", step, exc_info=e)
+    directory = pathlib.Path(mngr.directory)
+    for partial in directory.glob(f"{step}.orbax-checkpoint-tmp*"):
+      shutil.rmtree(partial, ignore_errors=True)
+    latest = [s for s in mngr.all_steps() if s != step]
+    kept = (f"the last complete checkpoint is step {max(latest)}, which a rerun resumes from"
+            if latest else "no earlier checkpoint exists")
+    raise UserError(f"cannot write checkpoint step {step} in {directory}: {io_reason(e)}; "
+                    f"{kept}") from None

@@ -323,7 +323,9 @@ def _train(config, workdir, data, provider, num_devices, progress, stop_after
     # beat it on validation, best/ stays the untrained model.
     loop, val = evaluate(state, loop, 0)
     mlog.write({"step": 0, **val})
-  t0, start, interrupted = time.time(), loop.step, False
+  # Durations on the monotonic clock: a wall clock stepped back (NTP, a resumed VM) would make
+  # them negative (examples_per_s < 0) or zero (a division by zero).
+  t0, start, interrupted = time.monotonic(), loop.step, False
   while loop.step < tc.num_steps:
     if stop_after is not None and loop.step - start >= stop_after:
       interrupted = True
@@ -344,7 +346,8 @@ def _train(config, workdir, data, provider, num_devices, progress, stop_after
     done, row = loop.step, {}
     if done % tc.log_every == 0 or done == tc.num_steps:
       row = {k: float(v) for k, v in parts.items()}
-      row["examples_per_s"] = (done - start) * tc.batch_size / (time.time() - t0)
+      row["examples_per_s"] = (done - start) * tc.batch_size / max(time.monotonic() - t0,
+                                                                   1e-9)
     if done % tc.eval_every == 0 or done == tc.num_steps:
       loop, val = evaluate(state, loop, done)
       row.update(val)
@@ -363,7 +366,7 @@ def _train(config, workdir, data, provider, num_devices, progress, stop_after
     bar.close()
   if interrupted:
     return {"interrupted_at": loop.step}
-  return _finish(state, loop, data, config, workdir, mlog, time.time() - t0)
+  return _finish(state, loop, data, config, workdir, mlog, time.monotonic() - t0)
 
 
 def _finish(state, loop, data, config, workdir, mlog, seconds) -> dict[str, Any]:
