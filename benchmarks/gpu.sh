@@ -11,6 +11,11 @@
 #                                            outputs (best, scores)
 #   e2e_b<batch>.json                        N = 13,860, d = 768: prepared path vs a dense pass
 #   suite/speed.{md,json,png}                the full suite (sweeps, library size, training step)
+#   peer.{md,json}                           with $HYSET_PEER (the authors' repository checked
+#                                            out): benchmarks/peer.py, their PyTorch code (torch
+#                                            on cuda, in $HYSET_PEER_VENV, default .venv-peer-gpu)
+#                                            beside ours: same answers, inference and training
+#                                            step speed
 #   summary.md                               one table of the above
 # The GPU goal (issue 13): ≥ 10⁶ queries/s best-set at K_pool = 20, M = 5.
 #
@@ -19,8 +24,10 @@
 # M = 3, batch 16, for jax-pallas only (Pallas interpret mode; each run is a fresh process that
 # compiles, so one implementation keeps it short) and checks the other implementation names;
 # e2e at N = 300, d = 16 with --method pallas; the suite's arguments
-# parsed but the suite not run (python -m benchmarks.run_all --quick is its smoke run); then
-# the same summary.md. tests/test_gpu_script.py runs it, so the script cannot rot unnoticed.
+# parsed but the suite not run (python -m benchmarks.run_all --quick is its smoke run); the
+# peer comparison's training leg, our side only (python -m benchmarks.peer_train, N = 300,
+# d = 16, batch 8; the authors' side needs torch); then the same summary.md.
+# tests/test_gpu_script.py runs it, so the script cannot rot unnoticed.
 set -euo pipefail
 smoke=0
 if [ "${1:-}" = "--cpu-smoke" ]; then
@@ -89,6 +96,27 @@ else
   "$py" -m benchmarks.run_all "${suite_args[@]}" || echo "  suite failed"
 fi
 
+if [ "$smoke" = 1 ]; then
+  echo "peer: the training leg, hyset-jax's side (the authors' side needs torch)"
+  "$py" -c "import json, sys, numpy as np; from benchmarks import peer
+q, gold = peer.train_inputs(300, 16, 5, 16); np.save(sys.argv[1] + '/peer_q.npy', q)
+z = np.random.default_rng(0).standard_normal((300, 16)).astype(np.float32)
+np.save(sys.argv[1] + '/peer_z.npy', z / np.linalg.norm(z, axis=1, keepdims=True))
+open(sys.argv[1] + '/peer_gold.json', 'w').write(json.dumps(gold))" "$out"
+  "$py" -m benchmarks.peer_train --tools "$out/peer_z.npy" --queries "$out/peer_q.npy" \
+    --gold "$out/peer_gold.json" --max-size 5 --batch-size 8 --steps 1 --warmup 1 \
+    --out "$out/peer_train_ours.json" || echo "  peer training leg failed"
+elif [ -n "${HYSET_PEER:-}" ]; then
+  echo "peer: the authors' PyTorch code beside ours ($HYSET_PEER)"
+  pvenv=${HYSET_PEER_VENV:-$root/.venv-peer-gpu}
+  [ -x "$pvenv/bin/python" ] || python3 -m venv "$pvenv"
+  "$pvenv/bin/pip" install -q torch numpy
+  "$py" -m benchmarks.peer --peer "$HYSET_PEER" --python "$pvenv/bin/python" \
+    --peer-device cuda --out "$out/peer" --force || echo "  peer comparison failed"
+else
+  echo "peer: not run (HYSET_PEER does not name a checkout of the authors' repository)"
+fi
+
 "$py" - "$out" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
@@ -119,6 +147,15 @@ if e2e:
                  f"| {r['ratio_to_dense']:.2f} |")
 suite = out / "suite" / "speed.md"
 lines += ["", f"Full suite: {suite}" if suite.exists() else "Full suite: not run"]
+peer_md, smoke = out / "peer.md", out / "peer_train_ours.json"
+if peer_md.exists():
+  lines.append(f"The authors' PyTorch code beside ours: {peer_md}")
+elif smoke.exists():
+  r = json.loads(smoke.read_text())
+  lines.append(f"Peer training leg (ours only, batch {r['batch_size']}): "
+               f"{r['batch_size'] / min(r['s_per_step']):,.0f} queries/s")
+else:
+  lines.append("Peer comparison: not run")
 (out / "summary.md").write_text("\n".join(lines) + "\n")
 print(f"wrote {out / 'summary.md'}")
 PY

@@ -1,12 +1,13 @@
 """The HYSET authors' PyTorch implementation beside this one: the same answers, and the speed.
 
-  python -m benchmarks.peer --peer DIR [--quick] [--queries 20]
+  python -m benchmarks.peer --peer DIR [--quick] [--queries 20] [--trained WORKDIR]
 
 DIR is a checkout of the authors' repository (GitHub stormwther18/HYSET).
 
 For each model — two small random ones (200 tools, d = 32; in the second, best sets of every
-size) and, without ``--quick``, a random one at the paper's scale (13,860 tools, d = 768); all
-K1 = 15, K_pool = 20, M = 5 — it:
+size), without ``--quick`` a random one at the paper's scale (13,860 tools, d = 768), all
+K1 = 15, K_pool = 20, M = 5, and with ``--trained`` the best model of a ``hyset train`` workdir
+(e.g. ``--config paper``; its own K1, K_pool, M) on its data set's test queries — it:
 
 1. writes the model directory and exports it with ``hyset export --format hyset-pytorch``;
 2. runs the authors' scorer on that checkpoint and the query embeddings, one query at a time
@@ -20,7 +21,15 @@ K1 = 15, K_pool = 20, M = 5 — it:
 
 Timing (paper scale only): the authors' seconds per query, ours per query at batch 1 and at
 batch 64 on the prepared model (the neighbour table built once, as ``hyset predict`` does), and
-the ratios. Results: ``benchmarks/results/peer.json`` and ``.md`` (``--quick``: stdout only).
+the ratios.
+
+Training (paper scale; ``--quick``: the small model at batch 8): the authors' training loop
+(``benchmarks/peer_torch_train.py``: their ``NegativeSampler``, ``score_candidate_sets``, AdamW)
+and ours (``benchmarks/peer_train.py``: ``hyset train``'s ``make_batch`` and jitted step), each
+in its own process, on the same starting Z, queries and gold sets (sizes 1..5), K_neg = 64, at
+each ``--train-batches`` size: seconds per step after warm-up, queries per second, peak RSS,
+and the per-example ratio. Results: ``benchmarks/results/peer.json`` and ``.md``
+(``--quick``: stdout only).
 
 The peer's environment is ``benchmarks/.venv-peer`` (``--python`` names another interpreter);
 it needs torch and numpy only::
@@ -36,9 +45,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import pathlib
-import platform
 import subprocess
 import sys
 import tempfile
@@ -59,6 +66,9 @@ PAPER = {"name": "paper", "n_tools": 13_860, "dim": 768, "k1": 15, "k_pool": 20,
 SCORE_RTOL = 1e-4
 TIE_RTOL = 1e-5   # two choices whose float64 scores are this close are a float32 tie
 SPEED_BATCH = 64
+TRAIN_RUNNER = REPO / "benchmarks" / "peer_torch_train.py"
+TRAIN_K_NEG = 64   # both loops' default: the gold set and 63 negatives
+TRAIN_HARD = 50    # the authors' --hard_neighbor_k (ours: train.hard_neighbors, set to it)
 
 
 # --------------------------------------------------------------------------- models
@@ -115,12 +125,14 @@ def export_checkpoint(model, work: pathlib.Path) -> pathlib.Path:
 
 
 def run_peer(python: pathlib.Path, peer: pathlib.Path, ckpt: pathlib.Path,
-             queries: np.ndarray, k1: int, k_pool: int, work: pathlib.Path) -> dict:
-  """The authors' scorer on ``ckpt``: peer_torch.py's JSON."""
+             queries: np.ndarray, k1: int, k_pool: int, work: pathlib.Path,
+             device: str = "cpu") -> dict:
+  """The authors' scorer on ``ckpt`` (torch ``device``): peer_torch.py's JSON."""
   qpath, out = work / "peer_queries.npy", work / "peer_out.json"
   np.save(qpath, queries)
   cmd = [str(python), str(RUNNER), "--peer", str(peer), "--checkpoint", str(ckpt),
-         "--queries", str(qpath), "--k1", str(k1), "--k-pool", str(k_pool), "--out", str(out)]
+         "--queries", str(qpath), "--k1", str(k1), "--k-pool", str(k_pool), "--device", device,
+         "--out", str(out)]
   done = subprocess.run(cmd, capture_output=True, text=True)
   if done.returncode != 0:
     raise RuntimeError(f"the authors' scorer failed:\n{done.stderr[-3000:]}")
@@ -226,20 +238,50 @@ def compare(model, queries: np.ndarray, pred, peer_doc: dict) -> dict:
 
 
 def agreement(config: dict, peer: pathlib.Path, python: pathlib.Path, n_queries: int,
-              work: pathlib.Path, seed: int = 0) -> dict:
+              work: pathlib.Path, seed: int = 0, device: str = "cpu") -> dict:
   """Build, export, run both sides and compare, for one model configuration."""
-  from hyset_jax.io.peer import convert, torch_format
   model = random_model(config["n_tools"], config["dim"], config["k1"], config["k_pool"],
                        config["max_size"], seed, config.get("pair_scale", 0.3),
                        config.get("pair_decay", 0.0))
   queries = random_queries(n_queries, config["dim"], seed + 1)
+  return agreement_on(model, queries, config, peer, python, work, device)
+
+
+def trained_model(path: str, n_queries: int):
+  """(config row, model, query embeddings) of a ``hyset train`` workdir's best model: its
+  data set's first ``n_queries`` test queries, encoded with the encoder it was trained with."""
+  from hyset_jax import config as config_lib
+  from hyset_jax.encoder import encode_cached, load_encoder
+  from hyset_jax.errors import UserError
+  from hyset_jax.io.modeldir import load_best
+  from hyset_jax.training.train_data import load_config_dataset
+  workdir = pathlib.Path(path)
+  if not (workdir / "config.json").is_file():
+    raise UserError(f"--trained {path}: not a hyset train workdir (no config.json)")
+  config = config_lib.from_dict(json.loads((workdir / "config.json").read_text("utf-8")))
+  _, model = load_best(workdir)
+  dataset = load_config_dataset(config.data, model.max_set_size)
+  texts = [q.text for q in dataset.split(config.data.test_split)[:n_queries]]
+  queries = np.asarray(encode_cached(load_encoder(config.model.encoder or None), texts),
+                       np.float32)
+  row = {"name": f"trained ({config.name})", "n_tools": len(model.tool_ids),
+         "dim": int(model.params.projection.shape[0]), "k1": model.k1, "k_pool": model.k_pool,
+         "max_size": model.max_set_size, "data": config.data.spec,
+         "split": config.data.test_split}
+  return row, model, queries
+
+
+def agreement_on(model, queries: np.ndarray, config: dict, peer: pathlib.Path,
+                 python: pathlib.Path, work: pathlib.Path, device: str = "cpu") -> dict:
+  """Export ``model``, run both sides on ``queries`` and compare."""
+  from hyset_jax.io.peer import convert, torch_format
   ckpt = export_checkpoint(model, work)
   # What the authors score after their load, read back by our importer: how far it is from
   # the parameters we score (renormalising unit rows moves them by float32 rounding only).
   back = convert.from_payload(torch_format.read_checkpoint(ckpt), ckpt).params
   param_diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
                    for a, b in zip(back[:3], model.params[:3]))
-  peer_doc = run_peer(python, peer, ckpt, queries, model.k1, model.k_pool, work)
+  peer_doc = run_peer(python, peer, ckpt, queries, model.k1, model.k_pool, work, device)
   pred = run_ours(model, queries)
   result = compare(model, queries, pred, peer_doc)
   result.update(model={k: v for k, v in config.items()}, param_max_abs_diff=param_diff,
@@ -277,16 +319,105 @@ def speed(model, peer_doc: dict, n_batch1: int, seed: int = 7) -> dict:
   return out
 
 
+# --------------------------------------------------------------------------- training
+
+def train_inputs(n_tools: int, dim: int, max_size: int, n_queries: int, seed: int = 11):
+  """Training queries: unit-variance embeddings and gold sets of 1..M distinct random tools
+  (sizes uniform), the same files for both sides."""
+  rng = np.random.default_rng(seed)
+  queries = rng.standard_normal((n_queries, dim)).astype(np.float32)
+  sizes = rng.integers(1, max_size + 1, size=n_queries)
+  gold = [sorted(int(t) for t in rng.choice(n_tools, size=int(k), replace=False))
+          for k in sizes]
+  return queries, gold
+
+
+def _child(cmd: list[str], what: str) -> None:
+  done = subprocess.run(cmd, capture_output=True, text=True)
+  if done.returncode != 0:
+    raise RuntimeError(f"{what} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+
+
+def train_speed(config: dict, peer: pathlib.Path, python: pathlib.Path, batch: int,
+                steps: int, warmup: int, work: pathlib.Path, seed: int = 0,
+                device: str = "cpu") -> dict:
+  """The authors' training loop and ours, each in its own process, on the same starting Z
+  (theirs from the exported checkpoint, which adds their P and M_m), queries and gold sets,
+  at K_neg = 64 and ``batch``: seconds per step after ``warmup`` steps, queries per second,
+  the pool-building part, peak RSS of each, and the per-example ratio."""
+  model = random_model(config["n_tools"], config["dim"], config["k1"], config["k_pool"],
+                       config["max_size"], seed)
+  queries, gold = train_inputs(config["n_tools"], config["dim"], config["max_size"],
+                               batch * (warmup + steps))
+  ckpt = export_checkpoint(model, work)
+  paths = {k: work / f"train_{k}" for k in ("z.npy", "q.npy", "gold.json", "ours.json",
+                                              "theirs.json")}
+  np.save(paths["z.npy"], np.asarray(model.params.tool_embeddings, np.float32))
+  np.save(paths["q.npy"], queries)
+  paths["gold.json"].write_text(json.dumps(gold), encoding="utf-8")
+  common = ["--queries", str(paths["q.npy"]), "--gold", str(paths["gold.json"]),
+            "--batch-size", str(batch), "--steps", str(steps), "--warmup", str(warmup),
+            "--k-neg", str(TRAIN_K_NEG)]
+  _child([str(python), str(TRAIN_RUNNER), "--peer", str(peer), "--checkpoint", str(ckpt),
+          "--hard-neighbor-k", str(TRAIN_HARD), "--device", device, *common,
+          "--out", str(paths["theirs.json"])],
+         "the authors' training loop")
+  _child([sys.executable, "-m", "benchmarks.peer_train", "--tools", str(paths["z.npy"]),
+          "--max-size", str(config["max_size"]), "--hard-neighbors", str(TRAIN_HARD), *common,
+          "--out", str(paths["ours.json"])], "hyset-jax's training loop")
+  out = {"model": config["name"], "batch_size": batch, "k_neg": TRAIN_K_NEG,
+         "hard_neighbors": TRAIN_HARD, "steps": steps, "warmup": warmup}
+  for side in ("theirs", "ours"):
+    doc = json.loads(paths[f"{side}.json"].read_text(encoding="utf-8"))
+    s = float(np.median(doc["s_per_step"]))
+    out[side] = {**doc, "s_per_step_median": s, "queries_per_s": batch / s,
+                 "pool_share": float(np.median(doc["pool_s_per_step"])) / s}
+  out["ratio_per_example"] = out["theirs"]["s_per_step_median"] / out["ours"]["s_per_step_median"]
+  out["ratio_peak_rss"] = out["theirs"]["peak_rss_bytes"] / out["ours"]["peak_rss_bytes"]
+  return out
+
+
 # --------------------------------------------------------------------------- report
 
-def summary_md(results: list[dict], timing: dict | None, meta: dict) -> str:
+def training_md(rows: list[dict]) -> list[str]:
+  """The training leg's section: one line per side and batch size."""
+  if not rows:
+    return []
+  r0 = rows[0]
+  lines = ["", f"## Training step, {r0['model']} model (same starting Z, queries, gold sets)", "",
+           f"Each loop as written, in its own process: K_neg = {r0['k_neg']} (the gold set and "
+           f"50/30/20 uniform / in-batch / hard negatives, {r0['hard_neighbors']} hard "
+           f"neighbours), M = {r0['ours']['max_size']}, the median of {r0['steps']} steps "
+           f"after {r0['warmup']} (ours: compilation in the first). The authors' loop: per "
+           "example `build_pool` + `score_candidate_sets`, then AdamW; ours: `make_batch` + "
+           "the jitted step. Peak RSS: the process's VmHWM.", "",
+           "| batch | side | s per step | queries/s | building pools | peak RSS | "
+           "per-example ratio |", "|---|---|---|---|---|---|---|"]
+  for r in rows:
+    for side, name in (("theirs", "authors' loop (torch)"), ("ours", "hyset-jax")):
+      d = r[side]
+      ratio = "1" if side == "theirs" else f"{r['ratio_per_example']:.3g}×"
+      lines.append(f"| {r['batch_size']} | {name} | {d['s_per_step_median']:.4g} | "
+                   f"{d['queries_per_s']:,.1f} | {100 * d['pool_share']:.0f}% | "
+                   f"{d['peak_rss_bytes'] / 2**20:,.0f} MiB | {ratio} |")
+  extra = ", ".join(f"batch {r['batch_size']}: {r['theirs']['neighbor_index_s']:.3g} s"
+                    for r in rows)
+  lines += ["", f"Once per epoch, the authors' `HardNeighborIndex` ({extra}) is not in their "
+            f"step times; ours finds the neighbours inside every step (in its times)."]
+  return lines
+
+
+def summary_md(results: list[dict], timing: dict | None, meta: dict,
+               training: list[dict] | None = None) -> str:
   lines = ["# HYSET: the authors' PyTorch scorer beside hyset-jax", "",
            f"`{meta['command']}` — {meta['date']}, {meta['machine']}; torch {meta['torch']} "
-           f"(CPU, {meta['peer_threads']} threads), JAX {meta['jax']}.", "",
+           f"({meta.get('peer_device', 'cpu')}, {meta['peer_threads']} threads), JAX {meta['jax']} "
+           f"({meta.get('jax_backend', 'cpu')}).", "",
            "Random models of the paper's configuration (K1 = 15, K_pool = 20, M = 5), exported "
            "with `hyset export --format hyset-pytorch` and scored by the authors' "
            "`HYSETScorer.retrieve_from_embedding` and by `hyset predict --ranking greedy`'s "
-           "`pipeline.predict_batched`. Score: within 1e-4 relative (absolute below 1).", "",
+           "`pipeline.predict_batched`. Score: within 1e-4 relative (absolute below 1). "
+           "`trained` rows: a model trained here, its data set's test queries.", "",
            "| model | tools | d | queries | shortlist | best set | score | greedy ranking | "
            "max score rel. diff | best-set sizes (size:queries) |",
            "|---|---|---|---|---|---|---|---|---|---|"]
@@ -316,25 +447,85 @@ def summary_md(results: list[dict], timing: dict | None, meta: dict) -> str:
               f"`pipeline.prepare` (Z Pᵀ, Z M_m and the expansion's neighbour table) "
               f"{t['prepare_s']:.3g} s, not in the per-query times. The authors' mean per "
               f"query, first query included: {t['theirs_s_per_query_mean']:.4g} s."]
+  lines += training_md(training or [])
   return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse(argv: list[str] | None) -> argparse.Namespace:
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--peer", required=True, help="a checkout of the authors' repository")
   p.add_argument("--python", help="the peer environment's interpreter (default "
                                   "benchmarks/.venv-peer/bin/python)")
   p.add_argument("--quick", action="store_true",
-                 help="the small model only, no timing, nothing written")
+                 help="the small models only (training at batch 8, 2 steps), no inference "
+                      "timing, nothing written")
   p.add_argument("--queries", type=int, default=20,
                  help="queries for the paper-scale model (the authors' code is slow)")
   p.add_argument("--small-queries", type=int, default=64, help="queries for the small models")
+  p.add_argument("--trained", metavar="WORKDIR",
+                 help="also a model trained here: a hyset train workdir (its best/ model, its "
+                      "data set's test queries)")
+  p.add_argument("--trained-queries", type=int, default=20,
+                 help="test queries for --trained")
+  p.add_argument("--train-batches", default="32,256",
+                 help="batch sizes of the training leg (the authors' default 32; --config "
+                      "paper's 256); 'none' skips it")
+  # The authors' step at the paper's scale takes ~10 s at batch 32 on 2 cores (a dense Z
+  # gradient per candidate group): a few steps give its median.
+  p.add_argument("--train-steps", type=int, default=3, help="timed training steps")
+  p.add_argument("--train-warmup", type=int, default=1, help="untimed steps before them")
+  p.add_argument("--peer-device", default="cpu",
+                 help="the authors' side's torch device (cuda on a GPU; ours: JAX's default)")
   p.add_argument("--out", default=str(RESULTS / "peer"),
                  help="results without suffix: <out>.json and <out>.md")
   p.add_argument("--force", action="store_true", help="overwrite existing results")
   args = p.parse_args(argv)
+  try:
+    args.train_batches = ([] if args.train_batches == "none" else
+                          [int(b) for b in args.train_batches.split(",")])
+  except ValueError:
+    p.error(f"--train-batches {args.train_batches!r}: comma-separated integers or 'none'")
+  if any(b < 1 for b in args.train_batches) or args.train_steps < 1 or args.train_warmup < 1:
+    p.error("--train-batches, --train-steps and --train-warmup must be positive")
+  return args
 
+
+def _run(args, peer: pathlib.Path, python: pathlib.Path):
+  """Every leg: (agreement rows, inference timing, training rows)."""
+  configs = [(SMALL, args.small_queries), (SMALL_MIXED, args.small_queries)] + (
+      [] if args.quick else [(PAPER, args.queries)])
+  results, timing, training = [], None, []
+  for config, n in configs:
+    with tempfile.TemporaryDirectory(prefix=f"peer-{config['name']}-") as tmp:
+      print(f"{config['name']}: {config['n_tools']} tools, d = {config['dim']}, {n} queries",
+            file=sys.stderr, flush=True)
+      result, model, _, peer_doc = agreement(config, peer, python, n, pathlib.Path(tmp),
+                                             device=args.peer_device)
+      results.append(result)
+      if config is PAPER:
+        timing = speed(model, peer_doc, n_batch1=n)
+        timing.update(theirs_queries=n, ours_batch1_queries=n)
+  if args.trained:
+    row, model, queries = trained_model(args.trained, args.trained_queries)
+    print(f"{row['name']}: {row['n_tools']} tools, d = {row['dim']}, M = {row['max_size']}, "
+          f"{len(queries)} queries", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(prefix="peer-trained-") as tmp:
+      results.append(agreement_on(model, queries, row, peer, python, pathlib.Path(tmp),
+                                  args.peer_device)[0])
+  config, batches = (SMALL, [8]) if args.quick else (PAPER, args.train_batches)
+  steps, warmup = (2, 1) if args.quick else (args.train_steps, args.train_warmup)
+  for batch in batches:
+    print(f"training: {config['name']}, batch {batch}, {steps} steps", file=sys.stderr,
+          flush=True)
+    with tempfile.TemporaryDirectory(prefix="peer-train-") as tmp:
+      training.append(train_speed(config, peer, python, batch, steps, warmup,
+                                  pathlib.Path(tmp), device=args.peer_device))
+  return results, timing, training
+
+
+def main(argv: list[str] | None = None) -> int:
+  args = _parse(argv)
   from hyset_jax import io_utils
   from hyset_jax.errors import UserError
   peer = pathlib.Path(args.peer)
@@ -346,35 +537,24 @@ def main(argv: list[str] | None = None) -> int:
     raise SystemExit("error: no peer environment with torch; create it (see python -m "
                      "benchmarks.peer --help) or pass --python")
   outs = ()
-  if not args.quick:
-    try:
+  try:
+    if not args.quick:
       outs = tuple(io_utils.output_file(f"{args.out}{s}", args.force) for s in (".json", ".md"))
-    except UserError as e:
-      raise SystemExit(f"error: {e}") from None
-  configs = [(SMALL, args.small_queries), (SMALL_MIXED, args.small_queries)] + (
-      [] if args.quick else [(PAPER, args.queries)])
-  results, timing = [], None
-  for config, n in configs:
-    with tempfile.TemporaryDirectory(prefix=f"peer-{config['name']}-") as tmp:
-      print(f"{config['name']}: {config['n_tools']} tools, d = {config['dim']}, {n} queries",
-            file=sys.stderr, flush=True)
-      result, model, _, peer_doc = agreement(config, peer, python, n, pathlib.Path(tmp))
-      results.append(result)
-      if config is PAPER:
-        timing = speed(model, peer_doc, n_batch1=n)
-        timing.update(theirs_queries=n, ours_batch1_queries=n)
+    results, timing, training = _run(args, peer, python)
+  except UserError as e:
+    raise SystemExit(f"error: {e}") from None
   import jax
   # The peer's path is the user's own checkout: recorded as DIR, never as a path here.
   words = [("DIR" if w == args.peer else w) for w in (argv if argv is not None else sys.argv[1:])]
   meta = {"command": "python -m benchmarks.peer " + " ".join(words),
-          "date": datetime.date.today().isoformat(),
-          "machine": f"{os.cpu_count()}-core CPU ({platform.machine()}, {platform.system()})",
+          "date": datetime.date.today().isoformat(), "machine": provenance.machine(),
           "torch": results[0]["torch"], "peer_threads": results[0]["peer_threads"],
+          "peer_device": args.peer_device, "jax_backend": jax.default_backend(),
           "jax": jax.__version__}
-  md = summary_md(results, timing, meta)
+  md = summary_md(results, timing, meta, training)
   print(md)
   if outs:
-    doc = {"meta": meta, "agreement": results, "timing": timing}
+    doc = {"meta": meta, "agreement": results, "timing": timing, "training": training}
     with io_utils.atomic_write(outs[0]) as f:
       f.write(json.dumps(provenance.with_provenance(doc, meta["command"]), indent=1) + "\n")
     with io_utils.atomic_write(outs[1]) as f:

@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--queries", required=True, help="float32 [Q, d_r] .npy")
   p.add_argument("--k1", type=int, required=True)
   p.add_argument("--k-pool", type=int, required=True)
+  p.add_argument("--device", default="cpu", help="torch device")
   p.add_argument("--out", required=True)
   args = p.parse_args(argv)
 
@@ -46,10 +47,11 @@ def main(argv: list[str] | None = None) -> int:
                        int(payload["m_max"]))
   scorer.load_state_dict(payload["scorer_state"], strict=True)
   scorer.project_constraints_()
+  scorer.to(args.device)
   scorer.eval()
   load_s = time.perf_counter() - start
 
-  queries = torch.from_numpy(np.load(args.queries).astype(np.float32))
+  queries = torch.from_numpy(np.load(args.queries).astype(np.float32)).to(args.device)
   rows = []
   for q in queries:
     t0 = time.perf_counter()
@@ -58,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     rows.append({"shortlist": list(out.shortlist), "set": list(out.predicted_set),
                  "score": out.predicted_score, "ranking": list(out.ranking),
                  "seconds": time.perf_counter() - t0})
-  doc = {"torch": torch.__version__, "threads": torch.get_num_threads(), "load_s": load_s,
+  doc = {"torch": torch.__version__, "threads": torch.get_num_threads(), "device": args.device,
+         "load_s": load_s,
          "queries": rows}
   pathlib.Path(args.out).write_text(json.dumps(doc) + "\n", encoding="utf-8")
   return 0

@@ -1,6 +1,7 @@
 """benchmarks/gpu.sh --cpu-smoke: every step of the GPU script (the enumerate runs, the Pallas
 kernel's included, the end-to-end run, the suite's arguments, the summary table) at toy sizes on
-the CPU, so that the script works the day a GPU is available."""
+the CPU, so that the script works the day a GPU is available; and the peer comparison's training
+leg, our side (benchmarks/peer_train.py)."""
 from __future__ import annotations
 
 import json
@@ -36,6 +37,12 @@ def test_gpu_script_cpu_smoke(tmp_path):
   assert "| jax-pallas | pallas | scores | 8 | 3 | 16 |" in summary
   assert "| 4 | pallas | 300 | 16 |" in summary
   assert "Full suite: not run" in summary
+  # The peer comparison's training leg, our side (the authors' needs torch).
+  train = json.loads((out / "peer_train_ours.json").read_text())
+  assert (train["batch_size"], train["k_neg"], train["max_size"]) == (8, 64, 5)
+  assert len(train["s_per_step"]) == 1 and train["s_per_step"][0] > 0
+  assert train["peak_rss_bytes"] > 0
+  assert "Peer training leg (ours only, batch 8):" in summary
 
 
 def test_gpu_script_rejects_a_missing_out_dir():

@@ -274,3 +274,61 @@ def test_same_answers_as_the_authors_scorer(tmp_path):
   assert sum(c > 0 for c in result["best_set_sizes"].values()) >= 4  # sets of most sizes
   disagreements = [row for row in result["rows"] if not row["all"]]
   assert result["agree"]["all"] == n, disagreements
+
+
+# --------------------------------------------------------------------------- training leg
+
+def test_training_leg_inputs_and_our_loop(tmp_path):
+  """benchmarks/peer_train.py (our side of the training comparison, no torch): the shared
+  inputs are valid gold sets, and the loop it times is hyset train's, at the asked shapes."""
+  sys.path.insert(0, str(REPO))
+  from benchmarks import peer as bench
+  from benchmarks import peer_train
+  queries, gold = bench.train_inputs(40, 8, 5, 24, seed=3)
+  assert queries.shape == (24, 8) and queries.dtype == np.float32
+  assert all(1 <= len(g) <= 5 and len(set(g)) == len(g) and g == sorted(g) for g in gold)
+  assert all(0 <= t < 40 for g in gold for t in g)
+  assert len({len(g) for g in gold}) >= 3     # several cardinalities, as in ToolBench
+  z = np.random.default_rng(0).standard_normal((40, 8)).astype(np.float32)
+  np.save(tmp_path / "z.npy", z / np.linalg.norm(z, axis=1, keepdims=True))
+  np.save(tmp_path / "q.npy", queries)
+  (tmp_path / "gold.json").write_text(json.dumps(gold))
+  assert peer_train.main(["--tools", str(tmp_path / "z.npy"), "--queries",
+                          str(tmp_path / "q.npy"), "--gold", str(tmp_path / "gold.json"),
+                          "--max-size", "5", "--batch-size", "8", "--steps", "2", "--warmup",
+                          "1", "--k-neg", "16", "--hard-neighbors", "4",
+                          "--out", str(tmp_path / "out.json")]) == 0
+  doc = json.loads((tmp_path / "out.json").read_text())
+  assert (doc["batch_size"], doc["k_neg"], doc["hard_neighbors"], doc["max_size"]) == (
+      8, 16, 4, 5)
+  assert len(doc["s_per_step"]) == len(doc["pool_s_per_step"]) == 2
+  assert all(0 < p < s for p, s in zip(doc["pool_s_per_step"], doc["s_per_step"]))
+  assert doc["first_step_s"] > 0 and doc["peak_rss_bytes"] > 2**20
+  config = peer_train.paper_config(5, 8, 16, 4, 3)
+  assert (config.name, config.model.max_set_size, config.train.batch_size,
+          config.train.k_neg, config.train.hard_neighbors) == ("paper", 5, 8, 16, 4)
+  with pytest.raises(SystemExit):
+    peer_train.main(["--tools", "z", "--queries", "q", "--gold", "g", "--max-size", "5",
+                     "--batch-size", "8", "--steps", "1", "--warmup", "0", "--out", "o"])
+
+
+def test_trained_leg_needs_a_workdir(tmp_path):
+  sys.path.insert(0, str(REPO))
+  from benchmarks import peer as bench
+  with pytest.raises(UserError, match="no config.json"):
+    bench.trained_model(str(tmp_path), 4)
+
+
+@pytest.mark.heavy
+def test_training_leg_beside_the_authors_loop(tmp_path):
+  setup, reason = _peer_setup()
+  if setup is None:
+    pytest.skip(reason)
+  bench, checkout, python = setup
+  r = bench.train_speed(bench.SMALL, checkout, python, 8, 2, 1, tmp_path)
+  for side in ("theirs", "ours"):
+    assert r[side]["batch_size"] == 8 and len(r[side]["s_per_step"]) == 2
+    assert r[side]["queries_per_s"] > 0 and r[side]["peak_rss_bytes"] > 2**20
+  assert r["ratio_per_example"] == pytest.approx(
+      r["theirs"]["s_per_step_median"] / r["ours"]["s_per_step_median"])
+  assert bench.training_md([r])[-1].startswith("Once per epoch")
