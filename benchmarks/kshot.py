@@ -10,7 +10,9 @@
 3. k-shot, k in ``--shots`` (1 5 10): θ continues from the base model (``train.init_model``) for
    ``--adapt-steps`` steps on the base's training queries plus the first k adapt queries of each
    held-out category, repeated so that they are ``--shot-share`` of the training queries (a few
-   queries among thousands would otherwise hardly be drawn); validation is the base's.
+   queries among thousands would otherwise hardly be drawn); validation is the base's, which
+   holds no held-out-category query, so the adapted model is the one after the last step
+   (``final/``, a fixed schedule), not ``best/``.
 4. Full supervision: ``hyset train`` from the dense start on the base's training queries plus
    every adapt query (no repetition), the same steps as the base.
 
@@ -138,9 +140,11 @@ def _settings(args, work: pathlib.Path) -> dict[str, dict]:
 
 
 def _train(args, name: str, spec: str, workdir: pathlib.Path, init: pathlib.Path | None) -> float:
-  """hyset train for one setting (skipped when its best/ exists); returns its seconds."""
-  if (workdir / "best" / "manifest.json").exists() and (workdir / "final").exists():
-    return 0.0
+  """hyset train for one setting (skipped when its final/ exists); returns its seconds (those
+  of the run that made it, kept in ``kshot_seconds.txt``)."""
+  record = workdir / "kshot_seconds.txt"
+  if (workdir / "final" / "manifest.json").exists():
+    return float(record.read_text()) if record.exists() else float("nan")
   steps = args.adapt_steps if init else args.steps
   sets = [f"train.seed={args.seed}"] + ([f"train.num_steps={steps}"] if steps else [])
   if init:
@@ -149,6 +153,7 @@ def _train(args, name: str, spec: str, workdir: pathlib.Path, init: pathlib.Path
   t0 = time.time()
   _hyset("train", "--config", args.config, "--data", spec, "--workdir", str(workdir),
          *[x for kv in sets for x in ("--set", kv)])
+  record.write_text(f"{time.time() - t0:.1f}\n")
   return time.time() - t0
 
 
@@ -172,7 +177,10 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     workdir = work / f"train_{name}"
     init = None if name in ("base", "full") else base_model
     seconds[name] = _train(args, name, s["spec"], workdir, init)
-    results[name] = {"hyset": _eval(s["eval"], "hyset", workdir / "best",
+    # An adapted run is scored after its last step (a fixed schedule): its validation holds no
+    # query of the held-out categories, so best/ would keep the starting model.
+    model = workdir / ("best" if init is None else "final")
+    results[name] = {"hyset": _eval(s["eval"], "hyset", model,
                                     work / f"eval_{name}_hyset.json", args.seed)}
     for method in args.baselines:
       results[name][method] = _eval(s["eval"], method, None,
