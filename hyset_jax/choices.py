@@ -40,6 +40,20 @@ Ranking = Literal["greedy", "logit", "set-first", "set-mean", "set-max"]
 RANKINGS: tuple[str, ...] = get_args(Ranking)
 DEFAULT_RANKING: Ranking = "greedy"
 
+# The dtype of the prepared products (hyset_jax.inference.pipeline.prepare): P Zᵀ (stage 1) and
+# Z M_m (the pair matrices G_m, the expansion's g). "bf16" stores them in bfloat16 and multiplies
+# bf16 operands with f32 accumulation; stage 2 sums in f32 either way. For accelerators, where
+# it halves the bytes of the library's products; approximate (docs/speed.md, "Precision").
+Precision = Literal["f32", "bf16"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+DEFAULT_PRECISION: Precision = "f32"
+
+# How stage 1 and the expansion find their candidates (hyset_jax.inference.ann): the exact
+# scan of every tool (the default), or an ANN index over Z (approximate, for very large
+# libraries; opt-in per model through the manifest's "first_stage", or --first-stage).
+FirstStage = Literal["exact", "ann"]
+FIRST_STAGES: tuple[str, ...] = get_args(FirstStage)
+
 # What stage 2 returns: the best set per query (what predict runs) or every subset's score.
 Stage2Output = Literal["best", "scores"]
 STAGE2_OUTPUTS: tuple[str, ...] = get_args(Stage2Output)

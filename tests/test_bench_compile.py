@@ -35,6 +35,20 @@ def test_cpu_topology_rows_are_present_and_sane(tmp_path, capsys):
   assert "| replicated | e2e | gather |" in capsys.readouterr().out
 
 
+def test_pallas_compiles_on_eight_devices_with_bf16_products(tmp_path):
+  """The Pallas stage 2 on a mesh of 8 devices: wrapped in a shard_map over the batch, so it
+  compiles (Mosaic on a TPU slice refuses automatic partitioning); here with the bf16
+  products of ``--precision bf16`` too."""
+  out = tmp_path / "compile.json"
+  assert cli.main(["bench", "compile", "--topology", "cpu:8", "--num-tools", "200", "--dim", "16",
+                   "--batches", "16", "--methods", "pallas", "--sharded-tools", "0",
+                   "--precision", "bf16", "--json", str(out)]) == 0
+  r = json.loads(out.read_text())
+  assert r["precision"] == "bf16"
+  assert [(x["part"], x["data_shards"], x["error"]) for x in r["rows"]] == [
+      ("e2e", 8, None), ("stage2", 8, None)]
+
+
 def test_tpu_topology_without_libtpu_says_how_to_install(capsys, monkeypatch):
   if importlib.util.find_spec("libtpu") is not None:
     # With libtpu present, JAX's own missing-runtime error is what the command must translate.

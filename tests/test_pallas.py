@@ -214,3 +214,28 @@ def test_the_kernel_lowers_for_tpu_and_gpu(where, platform):
                                  platforms=[platform], disabled_checks=checks)(*args)
     text = exported.mlir_module()
     assert ("tpu_custom_call" in text) if where == "tpu" else ("triton" in text)
+
+
+def test_on_a_mesh_each_device_runs_its_queries():
+  """Inputs split over a (data 2, tools 4) mesh of make test's 8 fake CPU devices: the kernel
+  call is wrapped in a shard_map (Mosaic cannot be partitioned automatically), each device
+  scores its 3 of the 24 queries, and the best sets are the gather form's, bit for bit. A
+  batch that does not divide stays whole on every device."""
+  from jax.sharding import NamedSharding, PartitionSpec
+  from hyset_jax.training import sharding
+  if len(jax.devices()) < 8:
+    pytest.skip("needs 8 devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
+  mesh = sharding.make_mesh(devices=jax.devices()[:8], data=2, tools=4)
+  assert pallas_stage2.batch_axes(mesh.abstract_mesh, 24) == ("data", "tools")
+  assert pallas_stage2.batch_axes(mesh.abstract_mesh, 6) == ("data",)
+  assert pallas_stage2.batch_axes(mesh.abstract_mesh, 3) == ()
+  r = _results(10, 3)
+  table = subsets.subset_table(10, 3)
+  split = NamedSharding(mesh, PartitionSpec(sharding.DATA_AXIS))
+  logits, pairs = jax.device_put(r["logits"], split), jax.device_put(r["pairs"], split)
+  assert "shard_map" in str(jax.make_jaxpr(
+      lambda lg, pr: pallas_stage2.best_rows(lg, pr, table))(logits, pairs))
+  got = enumeration.best_subset(logits, pairs, table, "pallas")
+  want = enumeration.best_subset(r["logits"], r["pairs"], table, "gather")
+  for a, b in zip(got, want):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -108,9 +108,10 @@ def _sds(shape, dtype, sharding) -> jax.ShapeDtypeStruct:
 
 
 def abstract_prepared(num_tools: int, dim: int, k_pool: int, max_size: int, mesh,
-                      tools_sharded: bool):
+                      tools_sharded: bool, precision: str = "f32"):
   """A PreparedModel of ShapeDtypeStructs (the paper's model: no tower, prior or filters),
-  Z-sized leaves split by tool over ``tools`` when ``tools_sharded``."""
+  Z-sized leaves split by tool over ``tools`` when ``tools_sharded``; P Zᵀ and Z M_m in the
+  dtype of ``precision`` (:func:`hyset_jax.inference.pipeline.prepare`)."""
   from hyset_jax.inference import neighbors, pipeline
   from hyset_jax.model.scoring import HysetParams
   from hyset_jax.training import sharding
@@ -123,8 +124,9 @@ def abstract_prepared(num_tools: int, dim: int, k_pool: int, max_size: int, mesh
                        interactions=_sds((max_size - 1, dim, dim), f32, rep))
   table = neighbors.NeighborTable(ids=_sds((num_tools, width), jnp.int32, by_tool),
                                   scores=_sds((num_tools, width), f32, by_tool))
-  return pipeline.PreparedModel(params, _sds((dim, num_tools), f32, cols),
-                                _sds((num_tools, max_size - 1, dim), f32, by_tool), table)
+  products = pipeline.PRECISION_DTYPES[precision]
+  return pipeline.PreparedModel(params, _sds((dim, num_tools), products, cols),
+                                _sds((num_tools, max_size - 1, dim), products, by_tool), table)
 
 
 def _analyse(row: Row, lowered_fn) -> Row:
@@ -153,8 +155,9 @@ def _analyse(row: Row, lowered_fn) -> Row:
 def compile_rows(devices: list, *, num_tools: int, dim: int, batches: list[int], k1: int,
                  k_pool: int, max_size: int, methods: list[str], sharded_tools: int,
                  sharded_batch: int, kernel_platform: str | None = None,
-                 progress=None) -> list[Row]:
-  """Compile every configuration (module docstring) for ``devices``; one Row each."""
+                 progress=None, precision: str = "f32") -> list[Row]:
+  """Compile every configuration (module docstring) for ``devices``; one Row each
+  (``precision``: the prepared products' dtype, :func:`abstract_prepared`)."""
   from hyset_jax.inference import enumeration, pipeline, subsets
   from hyset_jax.training import sharding
   n_dev = len(devices)
@@ -171,7 +174,8 @@ def compile_rows(devices: list, *, num_tools: int, dim: int, batches: list[int],
       data = n_dev if batch >= n_dev and batch % n_dev == 0 else 1
       mesh = sharding.make_mesh(devices=devices, data=data, tools=n_dev // data)
       x_sh = NamedSharding(mesh, PartitionSpec(sharding.DATA_AXIS if data > 1 else None))
-      prep = abstract_prepared(num_tools, dim, k_pool, max_size, mesh, tools_sharded=False)
+      prep = abstract_prepared(num_tools, dim, k_pool, max_size, mesh, tools_sharded=False,
+                               precision=precision)
       for part in PARTS:
         row = Row("replicated", part, method, num_tools, dim, batch, data, 1)
         if part == "e2e":
@@ -188,7 +192,8 @@ def compile_rows(devices: list, *, num_tools: int, dim: int, batches: list[int],
     if sharded_tools:
       mesh = sharding.make_mesh(devices=devices, data=1, tools=n_dev)
       sharding.check_tool_rows(sharded_tools, mesh)
-      prep = abstract_prepared(sharded_tools, dim, k_pool, max_size, mesh, tools_sharded=True)
+      prep = abstract_prepared(sharded_tools, dim, k_pool, max_size, mesh, tools_sharded=True,
+                               precision=precision)
       row = Row("tools-sharded", "e2e", method, sharded_tools, dim, sharded_batch, 1, n_dev)
       with _kernel_platform(kernel_platform), jax.set_mesh(mesh):
         rows.append(_analyse(row, e2e(mesh, prep, NamedSharding(mesh, PartitionSpec()),

@@ -71,15 +71,17 @@ def _time(fn, repeats: int, min_sample_s: float = 0.05) -> list[float]:
 
 
 def prepared_library(num_tools: int, dim: int, *, k_pool: int = 20, max_size: int = 5,
-                     seed: int = 0, table: Literal["build", "random"] = "build"):
-  """(PreparedModel of a random library, seconds :func:`pipeline.prepare` took)."""
+                     seed: int = 0, table: Literal["build", "random"] = "build",
+                     precision: str = "f32"):
+  """(PreparedModel of a random library, seconds :func:`pipeline.prepare` took);
+  ``precision``: the products' dtype (:func:`pipeline.prepare`)."""
   import jax
 
   from hyset_jax.inference import pipeline, neighbors
   params = random_params(num_tools, dim, max_size, seed)
   start = time.perf_counter()
   prep = pipeline.prepare(params, max_size=max_size, k_pool=k_pool,
-                           neighbor_table=table == "build")
+                           neighbor_table=table == "build", precision=precision)
   jax.block_until_ready(prep)
   prepare_s = time.perf_counter() - start
   if table == "random":
@@ -92,11 +94,12 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
             k_pool: int = 20, max_size: int = 5, method: str | None = None,
             ranking: str | None = None, repeats: int = 5, seed: int = 0,
             table: Literal["build", "random"] = "build", prepared=None, log=None,
-            breakdown: bool = False) -> dict:
+            breakdown: bool = False, precision: str = "f32") -> dict:
   """Time predict_prepared and the dense pass (see the module docstring); a JSON-able dict.
   ``prepared``: (PreparedModel, prepare_s) of :func:`prepared_library`, to reuse one library.
   ``breakdown``: also time the prefixes; adds ``stages_ms_per_query`` (stage1, expansion,
-  pair_matrices, stage2 — the last is the rest: enumeration and ranking)."""
+  pair_matrices, stage2 — the last is the rest: enumeration and ranking). ``precision``: the
+  prepared products' dtype (:func:`pipeline.prepare`); the dense pass multiplies in it too."""
   import jax
 
   from hyset_jax import choices
@@ -107,7 +110,8 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
   subsets.validate_sizes(k_pool, max_size, k1=k1, num_tools=num_tools)
   log = log or (lambda msg: None)
   prep, prepare_s = prepared or prepared_library(num_tools, dim, k_pool=k_pool,
-                                                 max_size=max_size, seed=seed, table=table)
+                                                 max_size=max_size, seed=seed, table=table,
+                                                 precision=precision)
   log(f"prepared N={num_tools} d={dim} in {prepare_s:.1f} s (table: {table})")
   rng = np.random.default_rng(seed + 1)
   q = rng.standard_normal((batch, dim), dtype=np.float32)
@@ -116,7 +120,8 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
   start = time.perf_counter()
   compiled = pipeline.predict_prepared.lower(prep, q, **kw).compile()
   compile_s = time.perf_counter() - start
-  dense = jax.jit(lambda w, x: jax.lax.top_k(x @ w, k_pool)).lower(prep.logit_weights, q).compile()
+  dense = jax.jit(lambda w, x: jax.lax.top_k(pipeline._dot("qd,dn->qn", x, w, w.dtype), k_pool)
+                  ).lower(prep.logit_weights, q).compile()
   prefixes = _prefixes(prep, q, k1, k_pool, method) if breakdown else {}
   # Interleave them all so a change in machine load hits each alike.
   t_hyset, t_dense, t_prefix = [], [], {name: [] for name in prefixes}
@@ -136,6 +141,7 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
   return {**extra, "kind": "encoder excluded", "num_tools": num_tools, "dim": dim,
           "batch": batch, "k1": k1, "k_pool": k_pool, "max_size": max_size, "method": method,
           "ranking": ranking, "seed": seed, "repeats": repeats, "table": table,
+          "precision": prep.precision,
           "ms_per_query": ms, "dense_ms_per_query": dense_ms, "ratio_to_dense": ms / dense_ms,
           "queries_per_s": 1e3 / ms, "times_s": t_hyset, "dense_times_s": t_dense,
           "compile_s": compile_s, "prepare_s": prepare_s}

@@ -95,6 +95,9 @@ def add_parser(subparsers) -> None:
                       "CPU kernel where it can run, else gather)")
   t.add_argument("--ranking", choices=choices.RANKINGS, default=choices.DEFAULT_RANKING,
                  help="how the shortlist is ranked")
+  t.add_argument("--precision", choices=choices.PRECISIONS, default=choices.DEFAULT_PRECISION,
+                 help="dtype of the prepared products P Zᵀ and Z M_m (default f32; bf16: f32 "
+                      "accumulation, for accelerators)")
   t.add_argument("--repeats", type=_positive, default=5, help="timed samples (default 5)")
   t.add_argument("--seed", type=int, default=0,
                  help="seed of the random library and queries (default 0)")
@@ -122,6 +125,8 @@ def add_parser(subparsers) -> None:
                  help="largest set size M (default 5)")
   c.add_argument("--methods", type=_method_list, default=["gather", "pallas"],
                  help="comma-separated stage-2 methods (default gather,pallas)")
+  c.add_argument("--precision", choices=choices.PRECISIONS, default=choices.DEFAULT_PRECISION,
+                 help="dtype of the prepared products P Zᵀ and Z M_m (default f32)")
   c.add_argument("--sharded-tools", type=_non_negative, default=1_000_000,
                  help="N of the row with Z split over a tools axis of every device "
                       "(default 1000000; 0: no such row)")
@@ -175,6 +180,7 @@ def run_compile(args: argparse.Namespace) -> int:
       k_pool=args.k_pool, max_size=args.max_size, methods=args.methods,
       sharded_tools=args.sharded_tools, sharded_batch=args.sharded_batch,
       kernel_platform="tpu" if args.topology.startswith("tpu:") else None,
+      precision=args.precision,
       progress=lambda r: print(f"  {r.config} {r.part} {r.method} N={r.num_tools} "
                                f"batch={r.batch}: " + (f"failed ({r.error[:200]})" if r.error
                                                        else f"compiled in {r.compile_s:.1f} s"),
@@ -182,6 +188,7 @@ def run_compile(args: argparse.Namespace) -> int:
   print("\n".join(compile_cost.table_lines(rows)))
   out = {"topology": args.topology, "device_kind": kind, "num_devices": len(devices),
          "k1": args.k1, "k_pool": args.k_pool, "max_size": args.max_size,
+         "precision": args.precision,
          "jax_version": __import__("jax").__version__,
          "rows": [dict(vars(r)) for r in rows]}
   if args.json:
@@ -226,7 +233,8 @@ def run_e2e(args: argparse.Namespace) -> int:
                     "prepared library; lower one of them")
   out = end_to_end.measure(args.tools, args.dim, args.batch, k1=args.k1, k_pool=args.k_pool,
                            max_size=args.max_size, method=args.method, ranking=args.ranking,
-                           repeats=args.repeats, seed=args.seed, breakdown=args.breakdown)
+                           repeats=args.repeats, seed=args.seed, breakdown=args.breakdown,
+                           precision=args.precision)
   out["machine"] = hardware.describe()
   print(f"e2e N={args.tools} d={args.dim} batch={args.batch}: {out['ms_per_query']:.3f} ms/query "
         f"({out['queries_per_s']:,.0f} q/s); dense top-{args.k_pool} pass "

@@ -11,6 +11,11 @@ with ``prefix``; blank lines and ``#`` comments skipped) limit the answers to th
 before retrieval: the set is the exact best set over them. When fewer tools are allowed than
 the shortlist holds, ``ranking`` and ``shortlist`` list only the allowed ones. An id the
 library lacks, or lists that allow no tool, exit 2.
+
+``--first-stage ann`` (or the manifest's ``"first_stage"``) finds stage 1's and the expansion's
+candidates through an approximate index over the tools, for very large libraries
+(hyset_jax/inference/ann.py, docs/speed.md); with a filter or the lexical term the first stage
+stays exact.
 """
 from __future__ import annotations
 
@@ -52,6 +57,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--method", choices=choices.METHOD_CHOICES, default=choices.DEFAULT_METHOD,
                  help="subset-enumeration implementation (default auto: the native CPU kernel "
                       "where it can run, else gather; matmul_bf16 is approximate)")
+  p.add_argument("--precision", choices=choices.PRECISIONS, default=choices.DEFAULT_PRECISION,
+                 help="dtype of the prepared products P Zᵀ and Z M_m (default f32; bf16 halves "
+                      "their bytes, with f32 accumulation, for accelerators; approximate: "
+                      "docs/speed.md)")
+  p.add_argument("--first-stage", choices=choices.FIRST_STAGES, default=None,
+                 help="how stage 1 and the expansion find candidates: exact (scan every tool) "
+                      "or ann (an approximate index over the tools, built on first use and "
+                      "cached beside the model; for very large libraries: docs/speed.md) "
+                      "(default: the model's manifest, else exact)")
   p.add_argument("--ranking", choices=choices.RANKINGS, default=None,
                  help="how the shortlist is ranked (default: the model's, else "
                       f"{choices.DEFAULT_RANKING}); the set is the same under every ranking")
@@ -143,7 +157,7 @@ def resolve_overrides(model, k1: int | None, k_pool: int | None, max_size: int |
 
 def run(args: argparse.Namespace) -> int:
   from hyset_jax import io_utils
-  from hyset_jax.inference import pipeline, neighbors
+  from hyset_jax.inference import ann, pipeline, neighbors
   from hyset_jax.io.modeldir import load_best
   from hyset_jax.data.specs import input_paths
 
@@ -171,16 +185,24 @@ def run(args: argparse.Namespace) -> int:
   allowed = allowed_tools(model.tool_ids, args.allow, args.deny)
   if allowed is not None:
     x = x._replace(allowed=np.broadcast_to(allowed, (emb.shape[0], allowed.size)))
+  # The approximate first stage when the model or --first-stage asks for it: an ANN index over
+  # Z, cached beside the model directory like the neighbour table (which it replaces).
+  cache_dir = neighbors.cache_dir_beside(model_path)
+  first_stage = ann.for_model(model.params, ann.settings(model.first_stage, args.first_stage),
+                              cache_dir=cache_dir, progress=len(model.tool_ids) > 20_000,
+                              filtered=allowed is not None)
   # The fast path: per-model products and the expansion's neighbour table, cached beside the
   # model directory (built once per model, N²·d flops; keyed by Z, so a carried model's table
   # is its own file there).
   prepared = pipeline.prepare(model.params, max_size=max_size, k_pool=k_pool,
-                               cache_dir=neighbors.cache_dir_beside(model_path),
-                               progress=len(model.tool_ids) > 20_000)
+                               neighbor_table=first_stage is None,
+                               cache_dir=cache_dir, progress=len(model.tool_ids) > 20_000,
+                               precision=args.precision)
   pred = pipeline.predict_batched(prepared, x, k1=k1, k_pool=k_pool, max_size=max_size,
                                    batch_size=args.batch_size, method=args.method,
                                    ranking=args.ranking or model.ranking,
-                                   progress=emb.shape[0] > 4 * args.batch_size)
+                                   progress=emb.shape[0] > 4 * args.batch_size,
+                                   first_stage=first_stage)
   ids = model.tool_ids
   with io_utils.atomic_write(out) as f:
     for q, qid in enumerate(query_ids):

@@ -74,6 +74,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
   p.add_argument("--method", choices=choices.METHOD_CHOICES, default=choices.DEFAULT_METHOD,
                  help="subset-enumeration implementation (default auto: the native CPU kernel "
                       "where it can run, else gather)")
+  p.add_argument("--first-stage", choices=choices.FIRST_STAGES, default=None,
+                 help="how stage 1 and the expansion find candidates: exact, or ann (an "
+                      "approximate index over the tools, for very large libraries; built at "
+                      "start-up and cached beside the model: docs/speed.md) (default: the "
+                      "model's manifest, else exact)")
   p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                  help="start without compiling every batch size first (faster start, slower "
                       "first requests)")
@@ -152,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     check_port(args.host, args.port)
   from hyset_jax.serve.retriever import load_retriever
   retriever = load_retriever(args.model, args.tools, method=args.method,
-                             max_batch=args.max_batch)
+                             max_batch=args.max_batch, first_stage=args.first_stage)
   policies = None
   if args.policies:
     from hyset_jax.serve import policies as policies_lib

@@ -98,9 +98,13 @@ def build(keyed: jax.Array, z: jax.Array, width: int, block: int = 1024,
   return NeighborTable(ids, scores)
 
 
-def fingerprint(z: np.ndarray, m_m: np.ndarray, width: int) -> str:
-  """A hex sha256 of (Z, M_M, W, table version): what decides the table's contents."""
+def fingerprint(z: np.ndarray, m_m: np.ndarray, width: int, tag: str = "") -> str:
+  """A hex sha256 of (Z, M_M, W, table version) and ``tag`` (how Z M_M was rounded, e.g.
+  ``"bf16"``; "" for f32, which keeps the keys of earlier tables): what decides the table's
+  contents."""
   h = hashlib.sha256(f"hyset-neighbors/{TABLE_VERSION}/{width}".encode())
+  if tag:
+    h.update(f"/{tag}".encode())
   for a in (z, m_m):
     a = np.ascontiguousarray(a, np.float32)
     h.update(str(a.shape).encode())
@@ -121,13 +125,14 @@ def cache_dir_beside(model_dir: str | os.PathLike) -> pathlib.Path:
 
 def load_or_build(keyed: jax.Array, z: jax.Array, m_m: jax.Array, width: int,
                   cache_dir: str | os.PathLike | None = None,
-                  progress: bool = False) -> NeighborTable:
+                  progress: bool = False, tag: str = "") -> NeighborTable:
   """The table for (Z, M_M, W): read from ``cache_dir/neighbors-<hash>.npz`` when present,
   else built (and written there when ``cache_dir`` is given). An unreadable or mismatched
-  cache file is rebuilt, never trusted."""
+  cache file is rebuilt, never trusted. ``tag`` names a rounding of ``keyed``
+  (:func:`fingerprint`)."""
   if cache_dir is None:
     return build(keyed, z, width, progress=progress)
-  key = fingerprint(np.asarray(z), np.asarray(m_m), width)
+  key = fingerprint(np.asarray(z), np.asarray(m_m), width, tag)
   path = pathlib.Path(cache_dir) / f"neighbors-{key[:32]}.npz"
   n = z.shape[0]
   try:

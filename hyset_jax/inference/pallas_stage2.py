@@ -53,6 +53,14 @@ Design (why these blocks):
   GPU, and Pallas interpret mode on the CPU backend (the kernel body run as XLA ops: how the
   tests check it; the native kernel, not this, is what ``auto`` runs on a CPU).
 
+- Several devices: Mosaic kernels cannot be partitioned automatically, so when the inputs
+  are traced over a mesh of more than one device (a context mesh, or the mesh their
+  ``NamedSharding`` names) the call is wrapped in a ``jax.shard_map`` over the query axis
+  (:func:`_per_device`): each device runs the kernel on its block of queries, split over the
+  mesh axes whose sizes divide the batch (``data``, then ``tools``: stage 2 reads no
+  per-tool array), or on the whole batch, replicated, where none divides. One device: the
+  call as it is. Queries are independent, so the answers do not depend on the split.
+
 Not differentiable (like the native kernel); training's enumeration uses the gather form.
 """
 from __future__ import annotations
@@ -64,6 +72,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import pallas as pl
+from jax.sharding import PartitionSpec
 
 from hyset_jax.inference import subsets
 
@@ -124,6 +133,57 @@ def _compiler_params(where: str, semantics: tuple[str, ...], vmem_bytes: int):
     from jax.experimental.pallas import triton as pltriton
     return pltriton.CompilerParams(num_warps=4, num_stages=1)
   return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Several devices: one kernel call per device, over its queries.
+
+
+def mesh_of(*arrays: jax.Array):
+  """The mesh the arrays are traced over: the context mesh (``jax.set_mesh``) when there is
+  one, else the mesh their shardings name (inputs placed with a ``NamedSharding`` carry it
+  through every op computed from them); None for one device or none."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    for x in arrays:
+      sharding = getattr(jax.typeof(x), "sharding", None)
+      mesh = getattr(sharding, "mesh", None)
+      if mesh is not None and not mesh.empty:
+        break
+  return None if mesh is None or mesh.empty or mesh.size == 1 else mesh
+
+
+def batch_axes(mesh, q: int) -> tuple[str, ...]:
+  """The mesh axes the queries are split over: the longest run of the mesh's axes of size > 1,
+  in mesh order (``data`` before ``tools``), whose product divides Q. Stage 2 reads no
+  per-tool array, so a ``tools`` axis splits the queries too; () leaves them replicated."""
+  axes, n = [], 1
+  for name, size in mesh.shape.items():
+    if size == 1:
+      continue
+    if q % (n * size):
+      break
+    axes.append(name)
+    n *= size
+  return tuple(axes)
+
+
+def _per_device(fn, logits: jax.Array, pairs: jax.Array):
+  """``fn(logits, pairs)`` (outputs with queries leading), once per device on a mesh of
+  several devices.
+
+  Mosaic kernels cannot be partitioned automatically, so on a mesh the call is wrapped in a
+  ``jax.shard_map``: each device runs the kernel on its block of queries (split over
+  :func:`batch_axes`), or on all of them where Q does not divide (every device the same, the
+  output replicated). One device, or no mesh: ``fn`` as it is. Queries are independent, so the
+  answers are the same bits as one call over the whole batch.
+  """
+  mesh = mesh_of(logits, pairs)
+  if mesh is None:
+    return fn(logits, pairs)
+  spec = PartitionSpec(batch_axes(mesh, logits.shape[0]) or None)
+  return jax.shard_map(fn, mesh=mesh, in_specs=(spec, spec), out_specs=spec,
+                       check_vma=False)(logits, pairs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -269,7 +329,17 @@ def best_rows(logits: jax.Array, pairs: jax.Array, table: subsets.SubsetTable,
   Returns:
     (best F f32[Q], its row in ``table`` int32[Q], the ascending-ℓ order int32[Q, K] that the
     row's members index), as :func:`hyset_jax.inference.native.best_rows`.
+
+  On a mesh of several devices the call runs per device, over its share of the queries
+  (:func:`_per_device`).
   """
+  _check(logits, pairs, table)
+  return _per_device(functools.partial(_best_rows, table=table, where=where), logits, pairs)
+
+
+def _best_rows(logits: jax.Array, pairs: jax.Array, table: subsets.SubsetTable,
+               where: str | None) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """:func:`best_rows` on one device's queries."""
   q = _check(logits, pairs, table)
   k, big_m = table.k_pool, table.max_size
   where = where or platform()
@@ -370,12 +440,20 @@ def score_subsets(logits: jax.Array, pairs: jax.Array, table: subsets.SubsetTabl
                   where: str | None = None) -> subsets.SubsetScores:
   """Every subset's F with the Pallas kernel.
 
-  Args and ``where`` as :func:`best_rows`.
+  Args and ``where`` as :func:`best_rows` (per device on a mesh, as there).
 
   Returns:
     SubsetScores: scores f32[Q, n] in table order; positions int32[Q, K], the ascending-ℓ
     reordering (as the gather form).
   """
+  _check(logits, pairs, table)
+  return subsets.SubsetScores(*_per_device(
+      functools.partial(_score_subsets, table=table, where=where), logits, pairs))
+
+
+def _score_subsets(logits: jax.Array, pairs: jax.Array, table: subsets.SubsetTable,
+                   where: str | None) -> tuple[jax.Array, jax.Array]:
+  """:func:`score_subsets` on one device's queries: (scores, positions)."""
   q = _check(logits, pairs, table)
   k, big_m = table.k_pool, table.max_size
   where = where or platform()
@@ -413,4 +491,4 @@ def score_subsets(logits: jax.Array, pairs: jax.Array, table: subsets.SubsetTabl
         name="hyset_subset_scores")
   out = call(jnp.asarray(starts), ell, expo, wtd, g)
   scores = out.reshape(nc * rows, q_pad)[keep].T[:q]
-  return subsets.SubsetScores(scores, order)
+  return scores, order

@@ -21,6 +21,10 @@ Two paths compute the same outputs:
   batch with a boundary tie is scanned in full). :func:`predict_batched` (``hyset predict``)
   uses it.
 
+With an ANN index (``first_stage``, :mod:`hyset_jax.inference.ann`; opt-in per model, for very
+large libraries) the prepared path's stage 1 and expansion take their candidates from the index
+and score them exactly: approximate in which tools reach the shortlist, same order rules.
+
 Both run stage 2 as :func:`enumeration.best_subset` (the argmax without the [Q, n] scores).
 Filters (``QueryInputs.allowed``, bool[Q, N]) act as :mod:`hyset_jax.inference.masks` says: the
 delivered set is the exact best set over the allowed tools, and a disallowed slot reads -1.
@@ -35,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hyset_jax import choices
-from hyset_jax.inference import backends, enumeration, masks, neighbors, subsets
+from hyset_jax.inference import ann, backends, enumeration, masks, neighbors, subsets
 from hyset_jax.model import query_inputs, scoring, set_prior
 from hyset_jax.training import sharding
 from hyset_jax.inference.rankings import rank_tools
@@ -263,6 +267,11 @@ class PreparedModel(NamedTuple):
     keyed: f32[N, M − 1, d_z], row t holds z_tᵀ M_m for m = 2..M (tool-major, so a shortlist's
       rows are one contiguous gather): G_m of a shortlist is a gather and a K²·d product.
     neighbors: the Eq. 13 neighbour table under M_M, or None (the expansion scans every tool).
+
+  With ``precision="bf16"`` (:func:`prepare`) logit_weights and keyed are bfloat16: stage 1
+  and the pair matrices multiply bf16 operands with f32 accumulation (:func:`_dot`), and
+  everything after them (the expansion's g, stage 2, the rankings) is f32 arithmetic on those
+  rounded products.
   """
   params: HysetParams
   logit_weights: jax.Array
@@ -273,6 +282,24 @@ class PreparedModel(NamedTuple):
   def max_size(self) -> int:
     return int(self.keyed.shape[1]) + 1
 
+  @property
+  def precision(self) -> choices.Precision:
+    """``"bf16"`` when the products are stored in bfloat16, else ``"f32"``."""
+    return "bf16" if self.keyed.dtype == jnp.bfloat16 else "f32"
+
+
+PRECISION_DTYPES = {"f32": jnp.float32, "bf16": jnp.bfloat16}
+
+
+def _dot(subscripts: str, a: jax.Array, b: jax.Array, dtype) -> jax.Array:
+  """``einsum(subscripts, a, b)`` with both operands in ``dtype`` (a prepared product's: f32,
+  or bf16 under ``precision="bf16"``), accumulated and returned in f32. For f32 it is the
+  plain einsum."""
+  if dtype == jnp.float32:
+    return jnp.einsum(subscripts, a, b)
+  return jnp.einsum(subscripts, a.astype(dtype), b.astype(dtype),
+                    preferred_element_type=jnp.float32)
+
 
 @jax.jit
 def _products(params: HysetParams) -> tuple[jax.Array, jax.Array]:
@@ -281,7 +308,8 @@ def _products(params: HysetParams) -> tuple[jax.Array, jax.Array]:
 
 
 def prepare(params: HysetParams, *, max_size: int, k_pool: int | None = None,
-            neighbor_table: bool = True, cache_dir=None, progress: bool = False) -> PreparedModel:
+            neighbor_table: bool = True, cache_dir=None, progress: bool = False,
+            precision: choices.Precision = choices.DEFAULT_PRECISION) -> PreparedModel:
   """Precompute what :func:`predict_prepared` needs for one model.
 
   Args:
@@ -293,12 +321,17 @@ def prepare(params: HysetParams, *, max_size: int, k_pool: int | None = None,
     cache_dir: where the table is cached by a hash of Z and M_M (None: not cached); see
       :func:`neighbors.cache_dir_beside` for a model directory's place.
     progress: show a progress bar while the table is built.
+    precision: ``"f32"`` or ``"bf16"`` (:data:`hyset_jax.choices.PRECISIONS`): the dtype P Zᵀ
+      and Z M_m are stored in (computed in f32, then rounded). With bf16 the neighbour table
+      is built from the rounded Z M_M, as the expansion's full scan reads it, and cached under
+      its own key.
 
   Returns:
     PreparedModel (device arrays).
   """
+  dtype = PRECISION_DTYPES[choices.check("precision", precision, choices.PRECISIONS)]
   params = truncate(jax.device_put(params), max_size)
-  logit_weights, keyed = _products(params)
+  logit_weights, keyed = (a.astype(dtype) for a in _products(params))
   table = None
   if neighbor_table:
     if k_pool is None:
@@ -306,7 +339,8 @@ def prepare(params: HysetParams, *, max_size: int, k_pool: int | None = None,
     width = neighbors.width_for(k_pool, int(params.tool_embeddings.shape[0]))
     table = neighbors.load_or_build(keyed[:, max_size - 2], params.tool_embeddings,
                                     params.interactions[max_size - 2], width, cache_dir,
-                                    progress=progress)
+                                    progress=progress,
+                                    tag="" if precision == "f32" else precision)
     table = neighbors.NeighborTable(*jax.device_put(tuple(table)))
   return PreparedModel(params, logit_weights, keyed, table)
 
@@ -323,7 +357,8 @@ def stage1_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int
   out."""
   x = query_inputs.of(x)
   logits = masks.mask_logits(scoring.with_lexical(
-      prep.params, _query_side(prep.params, x.embedding) @ prep.logit_weights,
+      prep.params, _dot("qd,dn->qn", _query_side(prep.params, x.embedding),
+                        prep.logit_weights, prep.logit_weights.dtype),
       x.lexical_scores), x.allowed)
   return logits, jax.lax.top_k(logits, k1)[1]
 
@@ -332,8 +367,8 @@ SCAN_CHUNK = 8  # queries per chunk of the expansion's full-scan fallback
 
 
 def shortlist_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int, k_pool: int,
-                       method: enumeration.Method | backends.Backend = enumeration.DEFAULT_METHOD
-                       ) -> Shortlist:
+                       method: enumeration.Method | backends.Backend = enumeration.DEFAULT_METHOD,
+                       first_stage: ann.Index | None = None) -> Shortlist:
   """:func:`shortlist` from a prepared model: the same tools in the same order.
 
   The neighbour table answers the expansion when it is wide enough (W ≥ K_pool − 1); a batch
@@ -342,8 +377,14 @@ def shortlist_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int,
   reads the table where it has one (native: :func:`hyset_jax.inference.native.expand`, the same
   answers); JAX otherwise. With a filter (``x.allowed``) the expansion always scans every
   tool: the table's neighbours are the unfiltered ones.
+
+  ``first_stage``: an ANN index over Z (:mod:`hyset_jax.inference.ann`) proposes the candidates
+  of stage 1 and the expansion instead (approximate); a batch with a filter or lexical scores
+  runs the exact path all the same.
   """
   x = query_inputs.of(x)
+  if first_stage is not None and x.allowed is None and x.lexical_scores is None:
+    return Shortlist(*ann.shortlist(first_stage, prep, x.embedding, k1, k_pool))
   logits, s0 = stage1_prepared(prep, x, k1)
   n_ext = k_pool - k1
   z = prep.params.tool_embeddings
@@ -390,12 +431,12 @@ def pair_matrices_prepared(prep: PreparedModel, x: QueryInputs | jax.Array | Non
   if prep.params.conditioned is not None:
     return scoring.shortlist_pairs(prep.params, query_inputs.of(x).embedding, tools)
   kernel = backends.get(method, tools.shape[1]).pair_matrices
-  if kernel is not None:
+  if kernel is not None and prep.precision == "f32":  # the native kernel reads f32 only
     return kernel(prep.keyed, prep.params.tool_embeddings, tools)
   def chunk(t):
     q, k = t.shape
     keyed = prep.keyed[t].reshape(q, -1, prep.keyed.shape[-1])            # [q, K·(M−1), d]
-    g = jnp.einsum("qad,qjd->qaj", keyed, prep.params.tool_embeddings[t])
+    g = _dot("qad,qjd->qaj", keyed, prep.params.tool_embeddings[t], keyed.dtype)  # f32
     return g.reshape(q, k, -1, k).transpose(0, 2, 1, 3)                  # [q, M−1, K, K]
   # The gathered rows are 245 KB per query at d = 768, M = 5: in chunks of 8 queries they
   # stay in cache (measured, batch 256: 4x faster than one [Q, K·(M−1), d] gather).
@@ -404,12 +445,13 @@ def pair_matrices_prepared(prep: PreparedModel, x: QueryInputs | jax.Array | Non
 
 def _predict_prepared(prep: PreparedModel, x: QueryInputs, k1: int, k_pool: int,
                       max_size: int, method: enumeration.Method,
-                      rankings: tuple[Ranking, ...]) -> tuple[Prediction, ...]:
+                      rankings: tuple[Ranking, ...], first_stage: ann.Index | None = None
+                      ) -> tuple[Prediction, ...]:
   if max_size != prep.max_size:
     raise ValueError(f"the model was prepared for max_size {prep.max_size}, not {max_size}")
   backend = backends.get(method, k_pool, max_size)  # once, for every step
   x = query_inputs.of(x)
-  sl = shortlist_prepared(prep, x, k1, k_pool, backend)
+  sl = shortlist_prepared(prep, x, k1, k_pool, backend, first_stage)
   pairs = pair_matrices_prepared(prep, x, sl.tools, backend)
   allowed = _slots(x, sl.tools)
   return tuple(_prediction(sl, r, allowed)
@@ -419,26 +461,32 @@ def _predict_prepared(prep: PreparedModel, x: QueryInputs, k1: int, k_pool: int,
                                 abstention=prep.params.abstain))
 
 
-@functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "ranking"))
+@functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "ranking",
+                                             "first_stage"))
 def predict_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, *, k1: int, k_pool: int,
                      max_size: int, method: enumeration.Method = enumeration.DEFAULT_METHOD,
-                     ranking: Ranking | None = None) -> Prediction:
+                     ranking: Ranking | None = None,
+                     first_stage: ann.Index | None = None) -> Prediction:
   """:func:`predict` from a prepared model (same outputs; see the module docstring).
 
   ``max_size`` must be the M the model was prepared for (its expansion uses M_M).
+  ``first_stage``: an ANN index (:mod:`hyset_jax.inference.ann`; approximate shortlist), or
+  None for the exact first stage.
   """
   return _predict_prepared(prep, x, k1, k_pool, max_size, method,
-                           (DEFAULT_RANKING if ranking is None else ranking,))[0]
+                           (DEFAULT_RANKING if ranking is None else ranking,), first_stage)[0]
 
 
-@functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "rankings"))
+@functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "rankings",
+                                             "first_stage"))
 def predict_prepared_rankings(prep: PreparedModel, x: QueryInputs | jax.Array, *, k1: int,
                               k_pool: int, max_size: int, rankings: tuple[Ranking, ...],
-                              method: enumeration.Method = enumeration.DEFAULT_METHOD
+                              method: enumeration.Method = enumeration.DEFAULT_METHOD,
+                              first_stage: ann.Index | None = None
                               ) -> tuple[Prediction, ...]:
   """:func:`predict_prepared` for several ranking methods in one program (stage 1, the expansion
   and stage 2 once; the i-th Prediction ranks by ``rankings[i]``, its other fields shared)."""
-  return _predict_prepared(prep, x, k1, k_pool, max_size, method, rankings)
+  return _predict_prepared(prep, x, k1, k_pool, max_size, method, rankings, first_stage)
 
 
 def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndarray, *, k1: int,
@@ -446,7 +494,8 @@ def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndar
                     method: enumeration.Method = enumeration.DEFAULT_METHOD,
                     ranking: Ranking | None = None, progress: bool = False,
                     neighbor_table: bool | None = None,
-                    rankings: tuple[Ranking, ...] | None = None
+                    rankings: tuple[Ranking, ...] | None = None,
+                    first_stage: ann.Index | None = None
                     ) -> Prediction | tuple[Prediction, ...]:
   """:func:`predict_prepared` over any number of queries in fixed-size chunks (one compilation
   of :func:`predict_prepared_rankings`, which the single-ranking case runs with one name).
@@ -461,6 +510,9 @@ def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndar
     neighbor_table: when ``model`` is θ, whether to build the neighbour table; None: when it
       pays for itself here (Q·K1 ≥ N: the table costs N²·d, a full scan N·K1·d per query).
     rankings: instead of ``ranking``, several methods at once (one stage 2 for all of them).
+    first_stage: an ANN index over the model's Z (:func:`ann.load_or_build`): stage 1 and the
+      expansion through it (approximate; filtered or lexical queries stay exact); None: exact.
+      With it, a θ ``model`` is prepared without the neighbour table unless asked for.
 
   Returns:
     Prediction of NumPy arrays; with ``rankings``, one per method, in that order.
@@ -475,7 +527,7 @@ def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndar
   n = x.num_queries
   if not isinstance(model, PreparedModel):
     if neighbor_table is None:
-      neighbor_table = n * k1 >= num_tools
+      neighbor_table = first_stage is None and n * k1 >= num_tools
     model = prepare(model, max_size=max_size, k_pool=k_pool, neighbor_table=neighbor_table)
   batch_size = max(1, min(batch_size, n))
   chunks, starts = [], range(0, n, batch_size)
@@ -492,7 +544,8 @@ def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndar
       a = a.astype(dtype)
       return np.concatenate([a, np.full((pad,) + a.shape[1:], fill, dtype)]) if pad else a
     out = predict_prepared_rankings(model, jax.tree.map(rows, x), k1=k1, k_pool=k_pool,
-                                    max_size=max_size, method=method, rankings=names)
+                                    max_size=max_size, method=method, rankings=names,
+                                    first_stage=first_stage)
     chunks.append(jax.tree.map(lambda a, m=batch_size - pad: np.asarray(a)[:m], out))
   preds = tuple(Prediction(*(np.concatenate(parts) for parts in zip(*(c[i] for c in chunks))))
                 for i in range(len(names)))

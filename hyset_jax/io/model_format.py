@@ -58,6 +58,13 @@ NORM_ATOL = 1e-3
 NPZ_FIELDS = ("format", "terms", "tool_ids", "max_set_size", "k1", "k_pool", "query_encoder",
               "ranking", "lexical_tool_texts", "lexical_k1", "lexical_b", "lexical_tokenizer")
 LEXICAL_TOKENIZER = "hyset-bm25/1"
+# The manifest's optional "first_stage" (how stage 1 and the expansion find candidates; absent
+# or "exact": the exact scan): "ann" or {"kind": "ann", <parameter>: value, ...} opts the model
+# into the approximate first stage of hyset_jax/inference/ann.py. Each parameter: its allowed
+# values (a tuple of strings) or its least integer value; absent ones take ann.Settings' defaults.
+FIRST_STAGE_KINDS = ("exact", "ann")
+FIRST_STAGE_PARAMETERS = {"index": ("hnsw_sq8", "hnsw", "flat"), "hnsw_m": 2,
+                          "ef_construction": 1, "ef_search": 1, "candidates": 1, "neighbors": 1}
 _SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
                        "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
 
@@ -82,6 +89,7 @@ class Model(NamedTuple):
   lexical_weight: float | None = None  # β of the lexical term
   lexical: dict | None = None  # lexical.json: {"tokenizer", "k1", "b", "tool_texts"}
   abstain: tuple[np.ndarray, ...] | None = None  # (w f32[d_r], b f32[], threshold f32[] τ)
+  first_stage: dict | None = None  # None: exact; else {"kind": "ann", ...} (check_first_stage)
 
   @property
   def terms(self) -> tuple[str, ...]:
@@ -306,6 +314,45 @@ def _int_field(manifest: dict, name: str, where) -> int:
   return value
 
 
+def check_first_stage(value, where) -> dict | None:
+  """The manifest's ``first_stage`` field, validated: None for the exact first stage (absent,
+  null, ``"exact"`` or ``{"kind": "exact"}``), else ``{"kind": "ann", ...the parameters given}``.
+  ModelError naming the field and the fault."""
+  field = "field 'first_stage'"
+  if value is None or value == "exact":
+    return None
+  if value == "ann":
+    return {"kind": "ann"}
+  if not isinstance(value, dict):
+    raise ModelError(f"{where}: {field} must be \"exact\", \"ann\" or an object "
+                     f"{{\"kind\": \"ann\", ...}}, got {value!r}")
+  kind = value.get("kind")
+  if kind not in FIRST_STAGE_KINDS:
+    raise ModelError(f"{where}: {field} has kind {kind!r}; expected one of "
+                     f"{', '.join(FIRST_STAGE_KINDS)}")
+  unknown = sorted(set(value) - {"kind"} - set(FIRST_STAGE_PARAMETERS))
+  if unknown:
+    raise ModelError(f"{where}: {field} has unknown parameter(s) {', '.join(map(repr, unknown))}; "
+                     f"known: {', '.join(FIRST_STAGE_PARAMETERS)}")
+  if kind == "exact":
+    if len(value) > 1:
+      raise ModelError(f"{where}: {field} is exact but sets ANN parameters "
+                       f"{', '.join(sorted(set(value) - {'kind'}))}; use kind \"ann\"")
+    return None
+  for name, rule in FIRST_STAGE_PARAMETERS.items():
+    if name not in value:
+      continue
+    v = value[name]
+    if isinstance(rule, tuple):
+      if v not in rule:
+        raise ModelError(f"{where}: {field} parameter {name!r} is {v!r}; expected one of "
+                         f"{', '.join(rule)}")
+    elif not isinstance(v, int) or isinstance(v, bool) or v < rule:
+      raise ModelError(f"{where}: {field} parameter {name!r} must be an integer ≥ {rule}, "
+                       f"got {v!r}")
+  return dict(value)
+
+
 def from_tensors(tensors: dict, manifest: dict, where, tensors_where,
                  lexical: dict | None = None) -> Model:
   """A validated :class:`Model` from its tensors and manifest (and lexical.json's content for a
@@ -327,6 +374,7 @@ def from_tensors(tensors: dict, manifest: dict, where, tensors_where,
   if ranking is not None and ranking not in RANKINGS:
     raise ModelError(f"{where}: field 'ranking' is {ranking!r}; expected one of "
                      f"{', '.join(RANKINGS)}")
+  first_stage = check_first_stage(manifest.get("first_stage"), where)
   t = check_tensors(tensors, terms, m, tensors_where)
   groups = {term_field(term): tuple(t[n] for n in term_tensors(term)) for term in terms}
   if "lexical" in terms:
@@ -341,7 +389,7 @@ def from_tensors(tensors: dict, manifest: dict, where, tensors_where,
   model = Model(t["tool_embeddings"], t["projection"],
                 np.stack([t[f"interaction_{k}"] for k in range(2, m + 1)]), tuple(tool_ids), m,
                 k1, k_pool, encoder, ranking=ranking, lexical=lexical if "lexical" in terms
-                else None, **groups)
+                else None, first_stage=first_stage, **groups)
   validate(model, tensors_where, where)
   return model
 

@@ -18,6 +18,8 @@ Layout::
                         order...], "max_set_size": M, "k1": K1, "k_pool": K_pool,
                         "query_encoder": "..." or null,
                         "ranking": "greedy"|"logit"|"set-first"|"set-mean"|"set-max",
+                        "first_stage": "exact" | {"kind": "ann", ...} (optional: the
+                        approximate first stage, hyset_jax/inference/ann.py; absent = exact),
                         "fits": [...] (optional: what training chose after θ, a record)}
 
 Loading validates everything and raises :class:`UserError` naming the tensor or field at fault.
@@ -66,6 +68,10 @@ class ModelDir:
   # candidate's validation score and the one chosen. A record for the reader, written as the
   # manifest's "fits"; not read back (a library edit makes it stale, so the edit drops it).
   fits: tuple[dict, ...] = ()
+  # How stage 1 and the expansion find their candidates: None = the exact scan (the default),
+  # else {"kind": "ann", ...parameters} (model_format.check_first_stage; read by
+  # hyset_jax.inference.ann.settings). Written as the manifest's "first_stage".
+  first_stage: dict | None = None
 
   @property
   def default_ranking(self) -> str:
@@ -93,6 +99,7 @@ class ModelDir:
     return {"format": FORMAT, "terms": list(self.terms), "tool_ids": list(self.tool_ids),
             "max_set_size": self.max_set_size, "k1": self.k1, "k_pool": self.k_pool,
             "query_encoder": self.query_encoder, "ranking": self.default_ranking} | (
+                {"first_stage": dict(self.first_stage)} if self.first_stage else {}) | (
                 {"fits": list(self.fits)} if self.fits else {})
 
 
@@ -129,7 +136,7 @@ def from_model(m: model_format.Model, path: pathlib.Path | None = None) -> Model
   lexical = None if m.lexical is None else lexical_lib.LexicalIndex(
       tuple(m.lexical["tool_texts"]), k1=m.lexical["k1"], b=m.lexical["b"])
   return ModelDir(params, m.tool_ids, m.max_set_size, m.k1, m.k_pool, m.query_encoder, path,
-                  m.ranking, lexical)
+                  m.ranking, lexical, first_stage=m.first_stage)
 
 
 def load_model_dir(path: str | os.PathLike) -> ModelDir:

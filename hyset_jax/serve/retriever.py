@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from hyset_jax import choices
-from hyset_jax.inference import filters, pipeline
+from hyset_jax.inference import ann, filters, pipeline
 from hyset_jax.model import terms
 from hyset_jax.model.query_inputs import QueryInputs
 from hyset_jax.data.tooltext import definition
@@ -115,12 +115,16 @@ class Retriever:
       (:func:`hyset_jax.serve.catalogue.tool_embedder`).
     tags: tool id -> its filter tags (:func:`filters.tags_of`); tools not in it have none
       (those a catalogue update adds).
+    first_stage: the approximate first stage's settings (:func:`ann.settings`), or None for the
+      exact one. Its index over the model's Z is built (or read from ``cache_dir``) on first
+      use and replaces the neighbour table; filtered requests run the exact first stage.
   """
 
   def __init__(self, model, encode: Callable[[list[str]], np.ndarray], definitions: list[dict],
                *, method: str = choices.DEFAULT_METHOD, max_batch: int = 64,
                warm_texts: Sequence[str] = ("warm up",), cache_dir=None,
-               sentence_encoder=None, tags: dict[str, frozenset[str]] | None = None):
+               sentence_encoder=None, tags: dict[str, frozenset[str]] | None = None,
+               first_stage: ann.Settings | None = None):
     if len(definitions) != len(model.tool_ids):
       raise ValueError("one definition per tool expected")
     self.model = model
@@ -138,6 +142,8 @@ class Retriever:
     self.sentence_encoder = sentence_encoder
     self.tags = dict(tags or {})
     self._prepared: dict[int, pipeline.PreparedModel] = {}
+    self.first_stage = first_stage
+    self._ann: ann.Index | None = None
     self._filter_index: filters.FilterIndex | None = None
 
   @property
@@ -169,7 +175,8 @@ class Retriever:
     model directory is keyed by Z, and an edited library's tables do not belong there."""
     return Retriever(model, self.encode, definitions, method=self.method,
                      max_batch=self.max_batch, warm_texts=self.warm_texts, cache_dir=None,
-                     sentence_encoder=self.sentence_encoder, tags=self.tags)
+                     sentence_encoder=self.sentence_encoder, tags=self.tags,
+                     first_stage=self.first_stage)
 
   @property
   def prepared_sizes(self) -> tuple[int, ...]:
@@ -209,8 +216,18 @@ class Retriever:
     if max_size not in self._prepared:
       self._prepared[max_size] = pipeline.prepare(
           self.model.params, max_size=max_size, k_pool=self.model.k_pool,
-          cache_dir=self.cache_dir)
+          cache_dir=self.cache_dir, neighbor_table=self.ann_index() is None)
     return self._prepared[max_size]
+
+  def ann_index(self) -> ann.Index | None:
+    """The approximate first stage's index over this library (built on first use, then
+    kept; one for every set-size limit), or None when the first stage is exact."""
+    if self._ann is None and self.first_stage is not None:
+      self._ann = ann.for_model(self.model.params, self.first_stage, cache_dir=self.cache_dir,
+                                progress=self.num_tools > 20_000)
+      if self._ann is None:  # the model cannot use it (the lexical term): exact from now on
+        self.first_stage = None
+    return self._ann
 
   def bucket(self, n: int) -> int:
     """The padded batch size for n queries: the next power of two, at most ``max_batch``."""
@@ -239,7 +256,7 @@ class Retriever:
                                      QueryInputs(emb, lexical, allowed), k1=self.model.k1,
                                      k_pool=options.k_pool, max_size=options.max_size,
                                      batch_size=bucket, method=self.method,
-                                     ranking=options.ranking)
+                                     ranking=options.ranking, first_stage=self.ann_index())
     ids, defs = self.model.tool_ids, self.definitions
     rows = []
     for q in range(n):
@@ -308,8 +325,10 @@ class Retriever:
 
 def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *,
                    method: str = choices.DEFAULT_METHOD,
-                   max_batch: int = 64, log=lambda msg: print(msg, file=sys.stderr)) -> Retriever:
-  """A Retriever for a model directory (or `hyset train` workdir) and its query encoder."""
+                   max_batch: int = 64, log=lambda msg: print(msg, file=sys.stderr),
+                   first_stage: str | None = None) -> Retriever:
+  """A Retriever for a model directory (or `hyset train` workdir) and its query encoder.
+  ``first_stage``: ``"exact"`` or ``"ann"`` (None: what the model's manifest records)."""
   from hyset_jax.encoder import load_query_encoder
   from hyset_jax.io.modeldir import load_best
   from hyset_jax.inference import neighbors
@@ -337,4 +356,4 @@ def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *,
   return Retriever(model, encode, definitions, method=method, max_batch=max_batch,
                    warm_texts=[t for t in warm for _ in range(ENCODER_ROWS)],
                    cache_dir=neighbors.cache_dir_beside(source), sentence_encoder=encoder,
-                   tags=tags)
+                   tags=tags, first_stage=ann.settings(model.first_stage, first_stage))
