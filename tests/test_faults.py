@@ -316,13 +316,12 @@ def test_model_directory_changed_and_removed_under_a_running_server(tmp_path, mo
   assert list(modeldir.load_model_dir(live).tool_ids) == [f"t{i}" for i in range(40)]
 
 
-def test_sigterm_during_a_catalogue_update_leaves_a_whole_model(tmp_path, model_dir, library):
-  """Mechanism: a real ``hyset serve --persist DIR`` process gets SIGTERM while ``POST
-  /v1/tools`` is being applied (its first use of the encoder compiles, so the update takes
-  seconds). The shutdown finishes the update: it is answered, DIR holds the whole new model
-  (the write is a rename of a complete folder), nothing partial is left beside it."""
+def _sigterm_during_update(tmp_path, model_dir, library, delay: float):
+  """One server: POST /v1/tools, SIGTERM ``delay`` s later. Returns (reply, sent, live, old)."""
   from hyset_jax.io import modeldir
   live = tmp_path / "live"
+  if live.exists():
+    shutil.rmtree(live)
   shutil.copytree(model_dir, live)  # the previous persisted model
   old = list(modeldir.load_model_dir(live).tool_ids)
   port = serving.free_port()
@@ -341,14 +340,31 @@ def test_sigterm_during_a_catalogue_update_leaves_a_whole_model(tmp_path, model_
                               port) as proc:
     thread = threading.Thread(target=update)
     thread.start()
-    time.sleep(0.5)
+    time.sleep(delay)
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     thread.join(timeout=120)
     assert proc.wait(timeout=60) == -signal.SIGTERM
     stderr = proc.communicate()[1]
   assert "Traceback" not in stderr, stderr[-2000:]
-  assert reply["answer"][0] == 200, reply
-  assert reply["at"] > sent  # it was in flight when SIGTERM came
-  assert list(modeldir.load_model_dir(live).tool_ids) == old + ["book_flight"]
-  assert sorted(p.name for p in tmp_path.iterdir()) == ["live"]
+  return reply, sent, live, old
+
+
+def test_sigterm_during_a_catalogue_update_leaves_a_whole_model(tmp_path, model_dir, library):
+  """Mechanism: a real ``hyset serve --persist DIR`` process gets SIGTERM while ``POST
+  /v1/tools`` is being applied (its first use of the encoder compiles, so the update takes
+  seconds). The shutdown finishes the update: it is answered, DIR holds the whole new model
+  (the write is a rename of a complete folder), nothing partial is left beside it. On a fast
+  machine the update can end before the signal: then again with a shorter delay, until one run
+  had it in flight."""
+  from hyset_jax.io import modeldir
+  in_flight = False
+  for delay in (0.5, 0.2, 0.05):
+    reply, sent, live, old = _sigterm_during_update(tmp_path, model_dir, library, delay)
+    assert reply["answer"][0] == 200, reply
+    assert list(modeldir.load_model_dir(live).tool_ids) == old + ["book_flight"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["live"]
+    if reply["at"] > sent:  # it was in flight when SIGTERM came
+      in_flight = True
+      break
+  assert in_flight, "every update ended before SIGTERM reached the server"
