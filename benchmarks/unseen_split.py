@@ -27,34 +27,19 @@ DIR is kept unless ``--force``.
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import json
 import pathlib
 import sys
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
 from hyset_jax.config import DataConfig
+from hyset_jax.data.splits import hold_out
 from hyset_jax.data.types import Dataset, Query
 from hyset_jax.errors import UserError
 
 DEFAULT_SETS = 40
 DEFAULT_VALIDATION_SETS = 20
-
-
-@dataclasses.dataclass(frozen=True)
-class UnseenSplit:
-  """The split: train, validation and test queries and the held-out gold sets (sorted tool ids).
-
-  ``validation`` is empty (and ``validation_sets`` too) when validation is carved from train.
-  """
-  train: tuple[Query, ...]
-  test: tuple[Query, ...]
-  held_out: tuple[tuple[str, ...], ...]
-  validation: tuple[Query, ...] = ()
-  validation_sets: tuple[tuple[str, ...], ...] = ()
 
 
 def pooled_queries(dataset: Dataset) -> list[Query]:
@@ -78,56 +63,6 @@ def train_after_carve(queries: Sequence[Query], dataset: Dataset, fraction: floa
   carved = with_validation(dataclasses.replace(dataset, splits={"train": tuple(queries)}),
                            fraction)
   return {q.id for q in carved.splits["train"]}
-
-
-def hold_out(queries: Sequence[Query], n_sets: int, seed: int, kept: set[str],
-             n_validation: int = 0) -> UnseenSplit:
-  """Holds out ``n_sets`` (+ ``n_validation``) multi-tool gold sets whose tools stay covered.
-
-  Args:
-    queries: the pooled queries.
-    n_sets: how many sets to hold out for test.
-    seed: the draw order of the candidate sets.
-    kept: ids of the queries that stay in train after the validation carve (every query when
-      validation is held out instead); a set covers its tools only through such queries.
-    n_validation: how many further sets to hold out for validation (0 = validation is carved
-      from train when the data is read).
-
-  Returns:
-    The split. Candidates are the distinct multi-tool sets, sorted, then permuted by
-    ``numpy.random.default_rng(seed)``; a candidate is held out if every one of its tools
-    is in at least one other set that is still in training (with a query in ``kept``). The
-    first ``n_sets`` held out are the test sets, the next ``n_validation`` the validation sets.
-  """
-  by_set: dict[tuple[str, ...], list[Query]] = collections.defaultdict(list)
-  for q in queries:
-    by_set[tuple(sorted(q.gold))].append(q)
-  covering = collections.Counter()  # tool -> training sets (with a kept query) that contain it
-  for s, qs in by_set.items():
-    if any(q.id in kept for q in qs):
-      covering.update(s)
-  candidates = sorted(s for s in by_set if len(s) >= 2)
-  order = np.random.default_rng(seed).permutation(len(candidates))
-  held: list[tuple[str, ...]] = []
-  for i in order:
-    if len(held) == n_sets + n_validation:
-      break
-    s = candidates[i]
-    own = int(any(q.id in kept for q in by_set[s]))  # does s count towards its own tools?
-    if all(covering[t] - own >= 1 for t in s):
-      held.append(s)
-      if own:
-        covering.subtract(s)
-  if len(held) < n_sets + n_validation:
-    raise UserError(f"only {len(held)} of {len(candidates)} multi-tool gold sets can be held out "
-                    f"with every tool still in a training set; asked for --sets {n_sets}"
-                    + (f" + --validation-sets {n_validation}" if n_validation else ""))
-  test_sets, val_sets = set(held[:n_sets]), set(held[n_sets:])
-  key = lambda q: tuple(sorted(q.gold))
-  test = tuple(q for q in queries if key(q) in test_sets)
-  validation = tuple(q for q in queries if key(q) in val_sets)
-  train = tuple(q for q in queries if key(q) not in test_sets and key(q) not in val_sets)
-  return UnseenSplit(train, test, tuple(sorted(test_sets)), validation, tuple(sorted(val_sets)))
 
 
 def write_beir(out: pathlib.Path, dataset: Dataset,

@@ -49,6 +49,12 @@ class DataConfig:
   val_split: str = "validation"       # carved from train when the data set has none
   test_split: str = "test"
   validation_fraction: float = 0.1
+  # > 0: also hold this many multi-tool gold sets (all their queries) out of train into a
+  # second validation part, "validation_unseen" (sets no other split uses), and choose best/
+  # and every fit after θ on the mean of both parts' metrics, so that selection sees new
+  # combinations of known tools as well as seen ones. 0 = the paper's validation (by query).
+  validation_sets: int = 0
+  validation_sets_seed: int = 0       # the draw of those sets
   max_train_queries: int = 0          # 0 = all; > 0 keeps a deterministic prefix (tiny runs)
   max_eval_queries: int = 0
 
@@ -211,6 +217,8 @@ def validate(config: Config) -> Config:
          t.query_noise) < 0:
     raise UserError("train.eta, train.interaction_l2, train.tool_loss_weight, "
                     "train.exhaustive_loss_weight and train.query_noise must be ≥ 0")
+  if config.data.validation_sets < 0:
+    raise UserError(f"data.validation_sets must be ≥ 0, got {config.data.validation_sets}")
   if not 0 < config.data.validation_fraction < 1:
     raise UserError(f"data.validation_fraction must be in (0, 1), got "
                     f"{config.data.validation_fraction}")

@@ -48,6 +48,37 @@ def evaluate_rankings(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ..
   return {r: prediction_metrics(p, qs, tool_ids, abstains) for r, p in zip(rankings, preds)}
 
 
+def evaluate_parts(params: HysetParams, parts: dict[str, QuerySet], tool_ids: tuple[str, ...],
+                   mc, batch_size: int, rankings: tuple[str, ...] = pipeline.RANKINGS,
+                   lexical: lexical_lib.LexicalIndex | None = None
+                   ) -> dict[str, dict[str, float]]:
+  """:func:`evaluate_rankings` on each validation part (split name -> queries,
+  train_data.validation_parts), combined per ranking by :func:`mean_metrics`."""
+  per_part = {name: evaluate_rankings(params, qs, tool_ids, mc, batch_size, rankings,
+                                      lexical=lexical) for name, qs in parts.items()}
+  return {r: mean_metrics({name: m[r] for name, m in per_part.items()}) for r in rankings}
+
+
+def mean_metrics(parts: dict[str, dict[str, float]]) -> dict[str, float]:
+  """What model selection maximises over validation parts (split name -> metrics): each
+  metric's mean over the parts — each part weighs the same, however many queries it has —
+  and ``n_queries`` summed; with several parts, each part's own values too, as
+  ``"<split>/<metric>"``. One part: its metrics unchanged.
+
+  >>> mean_metrics({"a": {"recall@5": 0.9, "n_queries": 10}, "b": {"recall@5": 0.5,
+  ...               "n_queries": 4}})["recall@5"]
+  0.7
+  """
+  if len(parts) == 1:
+    return dict(next(iter(parts.values())))
+  keys = [k for k in next(iter(parts.values())) if all(k in m for m in parts.values())]
+  out = {k: float(sum(m[k] for m in parts.values())) if k == "n_queries"
+         else float(np.mean([m[k] for m in parts.values()])) for k in keys}
+  for name, m in parts.items():
+    out |= {f"{name}/{k}": v for k, v in m.items()}
+  return out
+
+
 def prediction_metrics(pred: pipeline.Prediction, qs: QuerySet, tool_ids: tuple[str, ...],
                        abstains: bool = False) -> dict[str, float]:
   """The metrics of ``pred``; a query answered with no set (abstention: "no tool needed")

@@ -23,6 +23,7 @@ import numpy as np
 from hyset_jax.evaluation import evaluator
 from hyset_jax.inference import pipeline
 from hyset_jax.model import terms
+from hyset_jax.training.train_data import validation_parts
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +62,11 @@ def _value(fit, metrics: dict[str, float], plain: dict[str, float]) -> float | N
 
 
 class _Scorer:
-  """Validation metrics of a model under the rankings it allows (of those requested)."""
+  """Validation metrics of a model under the rankings it allows (of those requested): with
+  ``data.validation_sets``, the mean over both validation parts (evaluator.mean_metrics)."""
 
   def __init__(self, data, config):
-    self.qs = data.splits[config.data.val_split]
+    self.parts = validation_parts(data, config.data)
     self.tool_ids, self.mc = data.tool_ids, config.model
     self.batch_size = config.train.eval_batch_size
     self.requested = pipeline.RANKINGS if self.mc.ranking == "auto" else (self.mc.ranking,)
@@ -72,8 +74,8 @@ class _Scorer:
   def __call__(self, model) -> dict[str, dict[str, float]]:
     allowed = terms.allowed_rankings(model.params)
     rankings = tuple(r for r in self.requested if r in allowed)
-    return evaluator.evaluate_rankings(model.params, self.qs, self.tool_ids, self.mc,
-                                       self.batch_size, rankings, lexical=model.lexical)
+    return evaluator.evaluate_parts(model.params, self.parts, self.tool_ids, self.mc,
+                                    self.batch_size, rankings, lexical=model.lexical)
 
   def ranked(self, scores: dict[str, dict[str, float]]) -> str:
     """The ranking without a new term: the best mean of the rank metrics (ties: the paper's

@@ -29,13 +29,14 @@ import optax
 from hyset_jax import choices
 from hyset_jax import config as config_lib
 from hyset_jax.errors import UserError
+from hyset_jax.evaluation import evaluator
 from hyset_jax.evaluation.evaluator import evaluate_split
 from hyset_jax.inference import enumeration, pipeline, subsets
 from hyset_jax.model import parameters, scoring
 from hyset_jax.training import (batches, checkpoints, curves, losses, post_theta, rewards,
                                 sharding, step_cost, warm_start)
 from hyset_jax.training import workdir as workdir_lib
-from hyset_jax.training.train_data import TrainingData, prepare_data
+from hyset_jax.training.train_data import TrainingData, prepare_data, validation_parts
 
 log = logging.getLogger("hyset_jax.training.train")
 
@@ -227,14 +228,15 @@ def restore_or_keep(mngr, state: TrainState, mesh) -> tuple[TrainState, LoopStat
 def validate_and_keep_best(state: TrainState, loop: LoopState, done: int, *, data: TrainingData,
                            config: config_lib.Config, workdir: pathlib.Path
                            ) -> tuple[LoopState, dict[str, float]]:
-  """Validation metrics at ``done`` steps; best/ and the patience count follow Recall@5."""
+  """Validation metrics at ``done`` steps; best/ and the patience count follow Recall@5 (with
+  ``data.validation_sets``: its mean over both validation parts)."""
   mc = config.model
   params = sharding.to_host(parameters.materialize(state.theta, mc))  # Z may be split over hosts
   # During training "auto" validates with the paper's greedy ranking; the method is chosen once,
   # on the best model, at the end (_finish).
-  vm = evaluate_split(params, data.splits[config.data.val_split], data.tool_ids, mc,
-                      config.train.eval_batch_size,
-                      ranking=None if mc.ranking == "auto" else mc.ranking)
+  ranking = pipeline.DEFAULT_RANKING if mc.ranking == "auto" else mc.ranking
+  vm = evaluator.evaluate_parts(params, validation_parts(data, config.data), data.tool_ids, mc,
+                                config.train.eval_batch_size, (ranking,))[ranking]
   if sharding.first_process_decides(vm["recall@5"] > loop.best_recall5):
     loop = dataclasses.replace(loop, best_recall5=vm["recall@5"], best_step=done, stale_evals=0)
     if jax.process_index() == 0:

@@ -47,13 +47,27 @@ class TrainingData:
 
 def load_config_dataset(c: config_lib.DataConfig, max_set_size: int):
   """The data set of ``c`` (gold sets up to ``max_set_size``), its validation split carved from
-  train when it has none: the splits training, the benchmarks and their baselines read."""
+  train when it has none, and with ``c.validation_sets`` > 0 the held-out-set validation part
+  (splits.with_unseen_validation): the splits training, the benchmarks and their baselines
+  read."""
   from hyset_jax.data.specs import load_dataset
-  from hyset_jax.data.splits import with_validation
+  from hyset_jax.data.splits import with_unseen_validation, with_validation
   dataset = load_dataset(c.spec, max_set_size=max_set_size)
   if c.val_split not in dataset.splits:
     dataset = with_validation(dataset, c.validation_fraction)
+  if c.validation_sets:
+    dataset = with_unseen_validation(dataset, c.validation_sets, c.validation_sets_seed,
+                                     train=c.train_split, validation=c.val_split)
   return dataset
+
+
+def validation_parts(data: TrainingData, c: config_lib.DataConfig) -> dict[str, QuerySet]:
+  """The splits model selection reads: the configured validation split and, with
+  ``c.validation_sets`` > 0, the held-out-set part; selection takes the mean of their
+  metrics (:func:`hyset_jax.evaluation.evaluator.mean_metrics`)."""
+  from hyset_jax.data.splits import UNSEEN_VALIDATION
+  names = (c.val_split,) + ((UNSEEN_VALIDATION,) if c.validation_sets else ())
+  return {name: data.splits[name] for name in names}
 
 
 def prepare_data(config: config_lib.Config) -> TrainingData:
@@ -67,13 +81,16 @@ def prepare_data(config: config_lib.Config) -> TrainingData:
                     f"model.k_pool = {config.model.k_pool}; lower model.k_pool and model.k1")
   encoder = load_encoder(config.model.encoder or None)
   index = dataset.tools.index()
-  configured = ((c.train_split, c.max_train_queries), (c.val_split, c.max_eval_queries),
-                (c.test_split, c.max_eval_queries))
-  if c.test_split not in dataset.splits:
+  from hyset_jax.data.splits import UNSEEN_VALIDATION
+  configured = ((c.train_split, c.max_train_queries), (c.val_split, c.max_eval_queries))
+  if c.validation_sets:
+    configured += ((UNSEEN_VALIDATION, c.max_eval_queries),)
+  if c.test_split in dataset.splits:
+    configured += ((c.test_split, c.max_eval_queries),)
+  else:
     # A training library without test queries (e.g. a held-out-tools split's train folder,
     # whose test needs tools it lacks): the run reports validation only.
     log.info("%s has no %r split: no test metrics at the end", c.spec, c.test_split)
-    configured = configured[:2]
   names = {name for name, _ in configured}
   # Splits of no-tool queries only: encoded for abstention, after the configured ones.
   no_tool = [(name, c.max_eval_queries) for name, qs in dataset.splits.items()
