@@ -69,7 +69,9 @@ LABELS = {"hyset": "HYSET (preset)", "hyset-noset": "HYSET, no F_set",
           "linear-head": "per-tool linear head", "mlp-head": "per-tool MLP head",
           "set-classifier": "set classifier", "cardinality": "cardinality prediction",
           "mmr": "MMR", "facility-location": "facility location", "deepsets": "DeepSets",
-          "set-transformer": "Set Transformer"}
+          "set-transformer": "Set Transformer",
+          # Table 3 (benchmarks/paper_table3.py): a CD pair's target model, the reference.
+          "hyset-in-domain": "HYSET trained on the target (in-domain)"}
 DEPTH = 5  # rankings are read to the deepest reported cut-off (COMP@5, NDCG@5)
 
 
@@ -133,8 +135,10 @@ def cell_spec(cell: Cell, overrides: list[str]) -> dict:
           "overrides": list(overrides) + ABLATIONS.get(cell.method, [])}
 
 
-def finished(out: pathlib.Path, cell: Cell, spec: dict) -> bool:
-  """Whether ``cell``'s result under ``out`` is complete and was made for ``spec``."""
+def finished(out: pathlib.Path, cell: Cell, spec: dict,
+             splits: tuple[str, ...] | None = None) -> bool:
+  """Whether ``cell``'s result under ``out`` is complete and was made for ``spec``, with a
+  prediction file per split (``splits``; default: the data set's scored splits)."""
   folder = out / "cells" / cell.name
   try:
     result = json.loads((folder / "result.json").read_text(encoding="utf-8"))
@@ -151,7 +155,7 @@ def finished(out: pathlib.Path, cell: Cell, spec: dict) -> bool:
       return False
     if len(lines) != metrics.get("n_queries"):
       return False
-  return set(result.get("splits", {})) == set(splits_of(cell.data))
+  return set(result.get("splits", {})) == set(splits or splits_of(cell.data))
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,6 +4,7 @@ the significance of HYSET against the best baseline, as Markdown, JSON and a plo
   python -m benchmarks.paper_tables                 # the full run (see the estimate it prints)
   python -m benchmarks.paper_tables --quick         # ToolLens + BFCL, 1 seed, short training
   python -m benchmarks.paper_tables --datasets seal_tools --methods hyset bm25 --seeds 0
+  python -m benchmarks.paper_tables --table 3 [--quick]   # Table 3: benchmarks/paper_table3.py
 
 Each (data set, method, seed) is a cell (benchmarks/paper_cells.py) whose predictions and
 metrics are written under ``--out``; a rerun skips the finished cells and redoes a partial one,
@@ -37,6 +38,9 @@ QUICK_STEPS = 150
 def make_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--table", choices=("1", "2", "3"),
+                      help="3: Table 3, the generalisation settings (benchmarks/paper_table3.py, "
+                           "its own options: --table 3 --help); default: Tables 1 and 2")
   parser.add_argument("--quick", action="store_true",
                       help=f"{' + '.join(QUICK_DATASETS)}, seed 0, {QUICK_STEPS} steps, the "
                            "cheap baselines and one ablation (each still overridable)")
@@ -108,9 +112,18 @@ def run_plan(plan: list[pc.Cell], out: pathlib.Path, overrides: list[str],
 
 def main(argv: list[str] | None = None) -> int:
   from hyset_jax import cli
+  argv = list(sys.argv[1:] if argv is None else argv)
+  # --table 3 is benchmarks/paper_table3.py (its own options); 1 or 2 (or none) is this one.
+  table = argparse.ArgumentParser(add_help=False)
+  table.add_argument("--table", choices=("1", "2", "3"))
+  known, rest = table.parse_known_args(argv)
+  if known.table == "3":
+    from benchmarks import paper_table3
+    return paper_table3.main(rest)
+  argv = rest
   parser = make_parser()
   # The command recorded in the results is the one given here, also when called from Python.
-  parser.set_defaults(func=run, argv=list(sys.argv[1:] if argv is None else argv))
+  parser.set_defaults(func=run, argv=argv)
   return cli.run(parser, argv)
 
 

@@ -1,0 +1,175 @@
+"""benchmarks/paper_table3.py (``paper_tables --table 3``): the plan, which model each setting
+scores, resuming, and the one table with the derived ratios, the paper's figures and the
+significance columns, on real splits of ToolLens and prediction files of its first test queries
+(HYSET's training is stood in for: no training in a unit test)."""
+from __future__ import annotations
+
+import functools
+import json
+import pathlib
+
+import pytest
+
+from benchmarks import paper_table3 as t3
+from benchmarks import paper_tables
+from hyset_jax.commands import eval as eval_command
+from hyset_jax.data.specs import load_dataset
+from hyset_jax.retrievers import BM25Retriever
+from hyset_jax.retrievers.base import Retrieval
+
+
+class _Oracle:
+  """A stand-in for a trained HYSET: the gold set first on every ``every``-th ToolLens query
+  (every other for a model's best/, every third for an adapted final/, so settings differ),
+  BM25 elsewhere; its set is the gold set's size of its ranking."""
+
+  def __init__(self, tools, every, gold):
+    self.bm25, self.every, self.gold = _bm25(tools), every, gold
+
+  def retrieve(self, queries, depth):
+    got = self.bm25.retrieve(queries, depth)
+    rankings, sets = [], []
+    for i, (text, r) in enumerate(zip(queries, got.rankings)):
+      first = list(self.gold.get(text, ())) if i % self.every == 0 else []
+      rankings.append((first + [t for t in r if t not in first])[:depth])
+      sets.append(rankings[-1][:max(2, len(first))])
+    return Retrieval(rankings, sets)
+
+
+_INDEXES: dict[int, tuple] = {}
+
+
+def _bm25(tools):
+  """One index per library object (the settings' libraries are cached, so they repeat)."""
+  if id(tools) not in _INDEXES:
+    _INDEXES[id(tools)] = (tools, BM25Retriever(tools))  # the library kept: its id stays its
+  return _INDEXES[id(tools)][1]
+
+
+@functools.lru_cache(maxsize=1)
+def _toollens_gold(root: pathlib.Path) -> dict[str, tuple[str, ...]]:
+  data = load_dataset(f"beir:{root / 'toollens'}")
+  return {q.text: q.gold for qs in data.splits.values() for q in qs}
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch, shared_data):
+  trained: list[tuple[str, str | None]] = []
+  real_eval = eval_command.build_retriever
+
+  def train(out, args, preset, spec, seed, tag, init=None):
+    wd = out / "train" / f"{tag}_s{seed}"
+    (wd / "best").mkdir(parents=True, exist_ok=True)
+    (wd / "config.json").write_text(json.dumps({"model": {"max_set_size": 5}}))
+    trained.append((tag, init and str(init.relative_to(out))))
+    return wd, {"tag": tag, "preset": preset, "kind": "adapt" if init else "full", "steps": 0,
+                "wall_s": None, "workdir": str(wd)}
+
+  def build(method, tools, *, model=None, **kw):
+    if method == "hyset":
+      return _Oracle(tools, 3 if model.endswith("final") else 2, _toollens_gold(shared_data))
+    return real_eval(method, tools, model=model, **kw)
+
+  monkeypatch.setattr(t3, "train", train)
+  monkeypatch.setattr(eval_command, "build_retriever", build)
+  (tmp_path / "res").mkdir()
+  argv = ["--table", "3", "--settings", "UT", "UC-0", "UC-5", "UC-full", "sets", "CD",
+          "CD+target", "dist-base", "dist-1000", "--datasets", "toollens", "--pairs",
+          "toollens:toolbench", "--methods", "hyset", "hyset-in-domain", "bm25", "--seeds", "0",
+          "--max-queries", "60", "--out", str(tmp_path / "out"), "--results",
+          str(tmp_path / "res"), "--tag", "t", "--resamples", "200"]
+  return argv, trained, tmp_path
+
+
+def test_plan_applies_the_baselines_of_each_setting():
+  plan = t3.build_plan(["UT", "sets", "CD", "dist-1000"], ["toollens"], ["ultratool:seal_tools"],
+                       list(t3.METHODS), [0, 1])
+  names = [c.name for c in plan]
+  assert names[:2] == ["UT/toollens/hyset/s0", "UT/toollens/hyset/s1"]
+  assert "UT/toollens/bm25/s1" in names                   # each seed draws its own split
+  assert "sets/toollens/set-classifier/s1" in names
+  assert not any(n.startswith("UT/toollens/set-classifier") for n in names)
+  assert {"CD/ultratool-to-seal_tools/hyset-in-domain/s1", "CD/ultratool-to-seal_tools/bm25",
+          "dist-1000/toollens/dense"} <= set(names)
+  assert not any(n.startswith("CD/") and "linear-head" in n for n in names)
+  assert len(names) == len(set(names))
+  # The trainings each HYSET cell reads (the estimate charges each to the first cell needing it).
+  of = lambda *c: t3.trainings_of(t3.Cell(*c))
+  assert of("UC-5", "toollens", "hyset", 1) == ["UC-toollens-base/s1", "UC-toollens-5-shot/s1"]
+  assert of("CD+target", "ultratool:seal_tools", "hyset", 0) == [
+      "native-ultratool/s0", "CD-ultratool-seal_tools-adapted/s0"]
+  assert of("CD", "ultratool:seal_tools", "hyset-in-domain", 0) == ["native-seal_tools/s0"]
+  assert of("dist-1000", "toollens", "dense", None) == []
+
+
+def test_table3_models_resume_and_derived_figures(stand_in, capsys):
+  argv, trained, tmp = stand_in
+  assert paper_tables.main(argv) == 0
+  # Which model each setting scores: k-shot and CD+target adapt from their base models.
+  assert ("UC-toollens-5-shot", "train/UC-toollens-base_s0/best") in trained
+  assert ("CD-toollens-toolbench-adapted", "train/native-toollens_s0/best") in trained
+  assert {"UT-toollens", "UC-toollens-full", "sets-toollens", "native-toolbench"} <= {
+      t for t, _ in trained}
+  out = tmp / "out" / "cells"
+  assert json.loads((out / "dist-1000/toollens/bm25/result.json").read_text())["tools"] == 1000
+  doc = json.loads((tmp / "res" / "t.json").read_text())
+  assert doc["provenance"]["command"].startswith("python -m benchmarks.paper_tables --table 3")
+  by = {(d["setting"], d["data"]): d for d in doc["tables"]}
+  comp = lambda s, d="toollens", r="hyset": by[(s, d)]["rows"][r]["metrics"]["comp@5"]["mean"]
+  assert by[("UC-5", "toollens")]["derived"]["hyset"]["value"] == pytest.approx(
+      comp("UC-5") / comp("UC-full"))
+  cd = ("CD", "toollens:toolbench")
+  assert by[cd]["derived"]["hyset"]["value"] == pytest.approx(
+      comp(*cd) / comp(*cd, "hyset-in-domain"))
+  assert by[cd]["derived"]["hyset-in-domain"]["value"] == pytest.approx(
+      comp(*cd, "hyset-in-domain") / comp(*cd, "bm25"))
+  sets = by[("sets", "toollens")]
+  assert sets["vs_best"]["comp@5"]["best"] == "bm25"
+  assert comp("sets", r="bm25") == 0 and sets["derived"]["hyset"] == {"text": "n/a",
+                                                                      "value": None}
+  assert by[("UC-5", "toollens")]["rows"]["hyset"]["metrics"] != by[("UC-0", "toollens")][
+      "rows"]["hyset"]["metrics"]                          # the adapted model was scored
+  md = (tmp / "res" / "t.md").read_text()
+  for figure in ("recovers 93.2%", "retains 79.9%", "+13.1% COMP@5", "stable (no figure"):
+    assert figure in md
+  # Cells of cut test splits (--max-queries) do not stand for the full run's: the estimate is
+  # the one from the earlier measurements alone.
+  assert "Estimated the full Table 3" in md and doc["estimate"]["measured_trainings"] == []
+  assert doc["estimate"]["total_s"] == t3.estimate(tmp / "nothing")["total_s"]
+  assert doc["estimate"]["total_s"] > 3 * t3.REF_TRAIN_S["toollens"]
+  assert (tmp / "res" / "t.png").stat().st_size > 0
+
+  # A rerun skips every finished cell; a cut prediction file makes its cell run again.
+  pred = out / "sets/toollens/bm25/s0/pred.test.jsonl"
+  pred.write_text("".join(pred.read_text().splitlines(keepends=True)[:-1]))
+  capsys.readouterr()
+  assert paper_tables.main(argv + ["--force"]) == 0
+  log = capsys.readouterr().out
+  assert "1 to run" in log and "UT/toollens/hyset/s0: finished before, skipped" in log
+  assert len(pred.read_text().splitlines()) == 60
+
+
+def test_bad_pair_is_a_user_error(stand_in, capsys):
+  argv, _, _ = stand_in
+  assert paper_tables.main(argv + ["--pairs", "toollens:nowhere"]) == 2
+  assert "--pairs 'toollens:nowhere'" in capsys.readouterr().err
+
+
+def test_estimate_takes_a_measured_cell_over_the_reference(tmp_path):
+  ref = t3.estimate(tmp_path)["per_setting_s"]["UT"]
+  cell = tmp_path / "cells" / "UT" / "toollens" / "hyset" / "s0"
+  cell.mkdir(parents=True)
+  result = {"complete": True, "wall_s": 230.0, "tools": 464,
+            "spec": {"setting": "UT", "data": "toollens", "method": "hyset", "seed": 0,
+                     "overrides": ["train.num_steps=60"], "max_queries": 0},
+            "trainings": [{"tag": "UT-toollens", "preset": "toollens", "kind": "full",
+                           "steps": 60, "wall_s": 200.0, "workdir": str(tmp_path / "gone")}]}
+  (cell / "result.json").write_text(json.dumps(result))
+  # No step rate logged (no workdir): the training counts as measured, 200 s per seed, and
+  # the cell's 30 s of scoring replaces the reference's; the baselines keep theirs.
+  got = t3.estimate(tmp_path)["per_setting_s"]["UT"]
+  ref_hyset = 3 * (t3.REF_TRAIN_S["toollens"] + t3.REF_SCORE_S)
+  assert got == pytest.approx(ref - ref_hyset + 3 * (200.0 + 30.0), abs=0.2)
+  result["spec"]["max_queries"] = 60          # a cut test split stands for nothing
+  (cell / "result.json").write_text(json.dumps(result))
+  assert t3.estimate(tmp_path)["per_setting_s"]["UT"] == ref
