@@ -187,12 +187,13 @@ def test_stablehlo_loads_and_runs_without_hyset_jax(trained):
                            ranking=model.ranking)
   names = ["shortlist", "set_tools", "set_size", "set_score", "ranking"]
   for i, name in enumerate(names):
-    np.testing.assert_allclose(got[f"arr_{i}"], np.asarray(getattr(want, name)), atol=1e-6,
-                               err_msg=name)
+    # Two compilations of the same graph: scores agree to float32 rounding (a few ulp).
+    np.testing.assert_allclose(got[f"arr_{i}"], np.asarray(getattr(want, name)), rtol=1e-6,
+                               atol=1e-6, err_msg=name)
   np.testing.assert_array_equal(got["sl"], want.shortlist)
   for i, name in enumerate(names[1:]):  # stage 2 after stage 1 = the whole path
-    np.testing.assert_allclose(got[f"arr_{5 + i}"], np.asarray(getattr(want, name)), atol=1e-6,
-                               err_msg=f"stage2 {name}")
+    np.testing.assert_allclose(got[f"arr_{5 + i}"], np.asarray(getattr(want, name)), rtol=1e-6,
+                               atol=1e-6, err_msg=f"stage2 {name}")
 
 
 def test_stablehlo_carries_the_seen_set_prior(trained, tmp_path):

@@ -15,6 +15,7 @@ import json
 import os
 import pathlib
 import pickle
+import time
 
 import numpy as np
 import pytest
@@ -229,19 +230,29 @@ def test_limits_answer_json_errors(tmp_path):
 
   from hyset_jax.serve.app import create_app
   retriever = test_fuzz.tiny_retriever()
-  release = threading.Event()
+  stall, release = threading.Event(), threading.Event()
   slow = retriever.retrieve_batch
 
   def stalled(requests):
-    release.wait(10)
+    if stall.is_set():
+      release.wait(10)
     return slow(requests)
   retriever.retrieve_batch = stalled
   app = create_app(retriever, max_batch=1, max_wait_ms=0, max_body_bytes=200, max_queries=2,
                    request_timeout_s=0.3)
   with TestClient(app, raise_server_exceptions=False) as client:
+    # The first request compiles the prediction, which can take longer than the time limit on
+    # a loaded machine (a 503 then, while the compilation finishes): warm up before stalling,
+    # so the last request below is answered in time.
+    for _ in range(100):
+      if client.post("/v1/retrieve", json={"query": "a"}).status_code == 200:
+        break
+      time.sleep(0.2)
+    stall.set()
     big = client.post("/v1/retrieve", json={"query": "x" * 300})
     many = client.post("/v1/retrieve", json={"queries": ["a", "b", "c"]})
     late = client.post("/v1/retrieve", json={"query": "a"})
+    stall.clear()
     release.set()
     assert (big.status_code, big.json()["error"]["field"]) == (413, "body")
     assert (many.status_code, many.json()["error"]["field"]) == (422, "queries")
