@@ -56,7 +56,8 @@ def test_too_many_sets_is_a_clear_error(shared_data):
 
 def test_training_selects_on_the_mean_of_both_parts(tmp_path, shared_data):
   c = config_lib.resolve("tiny", [f"data.spec=beir:{shared_data / 'toollens'}",
-                                  "data.validation_sets=10", "model.set_prior=true"])
+                                  "data.validation_sets=10", "model.set_prior=true",
+                                  "train.num_steps=20", "train.eval_every=5"])
   summary = train.train_and_evaluate(c, tmp_path / "run", progress=False, num_devices=1)
   rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
           .splitlines()]
