@@ -4,6 +4,10 @@
   python -m benchmarks.ann_first_stage --quick          # N = 20,000, 100 queries: a smoke run
   python -m benchmarks.ann_first_stage --libraries synthetic --sizes 100000 \\
       --ef-search 128 256 512 1024                      # a sweep of the search effort
+  python -m benchmarks.ann_first_stage --libraries real --sizes 1000000 --index hnsw \
+      --hnsw-m 48 --ef-construction 200 --ef-search 1024 2048 \
+      --expansion lowrank index --cache /tmp/ann/cache  # a denser graph, both expansions
+  python -m benchmarks.ann_first_stage --index ivf --nlist 4096 --nprobe 128 256 512
 
 Libraries (d = 256 for the synthetic one: at 10⁶ tools Z, P Zᵀ and Z M_m already take 1 + 1 +
 4 GB at M = 5; the paper's d_z = 768 would need three times that):
@@ -26,7 +30,9 @@ Libraries (d = 256 for the synthetic one: at 10⁶ tools Z, P Zᵀ and Z M_m alr
   same with λ ~ U(0.5, 1), mostly near one real tool (a fifth of them within cosine 0.99 of
   it: near-duplicates, the hardest case for "the same best set").
 
-For each (library, N): the index build time (faiss HNSW, the settings printed); over the
+For each (library, N): the index build time (faiss HNSW or IVF, the settings printed); for each
+search setting (efSearch or nprobe × the expansion's: index searches with their effort and W, or
+the low-rank scan with its rank and candidate count), over the
 queries, against the exact path (``predict_batched`` without the index: stage 1 scans every
 tool, the expansion scans every tool): recall of S0 (the K1 stage-1 tools), of the expansion and
 of the whole K_pool shortlist, the fraction of queries whose best set is identical, and
@@ -40,6 +46,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
+import itertools
 import os
 import pathlib
 import statistics
@@ -184,8 +191,10 @@ def quality(exact, approx) -> dict:
 def timings(prep, indexes: dict, queries: np.ndarray, max_size: int, batches, repeats: int,
             log) -> dict:
   """ms/query of stage 1, the shortlist and the whole prediction, exact and through each of
-  ``indexes`` (efSearch -> ann.Index), per batch: {ef: {"<stage>_b<batch>": {exact_ms, ann_ms,
-  speedup}}}. The exact form and every index are timed interleaved, sample by sample."""
+  ``indexes`` ((effort, expansion kind, its two parameters) -> ann.Index), per batch:
+  {key: {"<stage>_b<batch>": {exact_ms, ann_ms, speedup}}}. The exact form and every index are
+  timed interleaved, sample by sample; stage 1 once per effort (the expansion's settings do not
+  touch it)."""
   import jax
 
   from hyset_jax.inference import ann, pipeline
@@ -201,23 +210,31 @@ def timings(prep, indexes: dict, queries: np.ndarray, max_size: int, batches, re
   for batch in batches:
     x = jax.device_put(queries[:batch])
     for name, make in stages.items():
+      timed = indexes
+      if name == "stage1":  # one per stage-1 effort
+        timed = {k: v for k, v in reversed(indexes.items())}
+        timed = {k: timed[k] for k in {key[0]: key for key in indexes}.values()}
       samplers = {ef: _sampler(lambda fn=make(index): jax.block_until_ready(fn(prep, x)))
-                  for ef, index in [(None, None), *indexes.items()]}
+                  for ef, index in [(None, None), *timed.items()]}
       times: dict = {ef: [] for ef in samplers}
       for _ in range(repeats):  # interleaved: a change in load hits each alike
         for ef, sample in samplers.items():
           times[ef].append(sample())
       e = 1e3 * statistics.median(times[None]) / batch
       for ef in indexes:
-        a = 1e3 * statistics.median(times[ef]) / batch
+        same = next(k for k in timed if k[0] == ef[0]) if name == "stage1" else ef
+        a = 1e3 * statistics.median(times[same]) / batch
         out[ef][f"{name}_b{batch}"] = {"exact_ms": e, "ann_ms": a, "speedup": e / a}
-        log(f"    {name:9s} batch {batch:3d}: exact {e:9.3f} ms/query, ANN (efSearch {ef}) "
-            f"{a:8.3f} ({e / a:.1f}×)")
+        if same == ef:
+          log(f"    {name:9s} batch {batch:3d}: exact {e:9.3f} ms/query, ANN {ef} "
+              f"{a:8.3f} ({e / a:.1f}×)")
   return out
 
 
 def measure(library: str, n: int, args, log=print, real=None) -> list[dict]:
-  """Rows (one per --ef-search value) for one library at one size."""
+  """Rows (one per --ef-search or --nprobe value and expansion setting: --expansion index ×
+  --expansion-effort × --neighbors, --expansion lowrank × --expansion-rank ×
+  --expansion-candidates) for one library at one size."""
   import jax
 
   from hyset_jax.inference import ann, pipeline
@@ -237,7 +254,7 @@ def measure(library: str, n: int, args, log=print, real=None) -> list[dict]:
   gc.collect()
   z = np.asarray(prep.params.tool_embeddings)
   settings = ann.Settings(index=args.index, hnsw_m=args.hnsw_m, ef_construction=args.ef_construction,
-                          candidates=args.candidates, neighbors=args.neighbors)
+                          nlist=args.nlist, candidates=args.candidates)
   start = time.perf_counter()
   index = ann.load_or_build(z, settings, args.cache, progress=True)
   build_s = index.build_s
@@ -249,29 +266,50 @@ def measure(library: str, n: int, args, log=print, real=None) -> list[dict]:
   exact_s = time.perf_counter() - start
   log(f"  exact path over {len(queries)} queries: {exact_s:.0f} s")
   rows, timed = [], {}
-  for ef in args.ef_search:
-    idx = ann.Index(index.index, dataclasses.replace(settings, ef_search=ef), index.num_tools,
-                    index.dim, index.build_s)
+  ivf = settings.index == "ivf"
+  expansions = [("lowrank", exp, w) if kind == "lowrank" else ("index", exp, w)
+                for kind in args.expansion
+                for exp, w in itertools.product(
+                    *((args.expansion_rank, args.expansion_candidates) if kind == "lowrank"
+                      else (args.expansion_effort, args.neighbors)))]
+  for ef, (kind, exp, w) in itertools.product(args.nprobe if ivf else args.ef_search,
+                                              expansions):
+    lowrank = kind == "lowrank"
+    searched = dataclasses.replace(
+        settings, expansion=kind,
+        **({"expansion_rank": exp, "expansion_candidates": w} if lowrank else
+           {"expansion_effort": exp, "neighbors": w}),
+        **{"nprobe" if ivf else "ef_search": ef})
+    idx = ann.Index(index.index, searched, index.num_tools, index.dim, index.build_s, index.z)
     approx = pipeline.predict_batched(prep, queries, k1=K1, k_pool=K_POOL, max_size=max_size,
                                       batch_size=64, first_stage=idx)
     q = quality(exact, approx)
-    log(f"  efSearch {ef}: S0 recall {q['s0_recall']:.4f}, expansion {q['expansion_recall']:.4f}"
-        f", shortlist {q['shortlist_recall']:.4f}, best set identical "
-        f"{q['best_set_identical']:.4f}")
+    how = (f"low-rank expansion r {exp}, C2 {w}" if lowrank else
+           f"expansion effort {exp or ef}, W {w}")
+    log(f"  {'nprobe' if ivf else 'efSearch'} {ef}, {how}: S0 "
+        f"recall {q['s0_recall']:.4f}, expansion {q['expansion_recall']:.4f}, shortlist "
+        f"{q['shortlist_recall']:.4f}, best set identical {q['best_set_identical']:.4f}")
     rows.append({"library": library, "num_tools": n, "dim": int(z.shape[1]),
                  "max_size": max_size, "k1": K1, "k_pool": K_POOL, "queries": len(queries),
                  "index": settings.index, "hnsw_m": settings.hnsw_m,
-                 "ef_construction": settings.ef_construction, "ef_search": ef,
-                 "candidates": settings.candidates, "neighbors": settings.neighbors,
+                 "ef_construction": settings.ef_construction, "effort": ef,
+                 "ef_search": None if ivf else ef,
+                 "nlist": int(index.index.nlist) if ivf else None, "nprobe": ef if ivf else None,
+                 "expansion": kind, "candidates": settings.candidates,
+                 **({"expansion_rank": exp, "expansion_candidates": w} if lowrank else
+                    {"expansion_effort": exp, "neighbors": w}),
                  "build_s": build_s, "exact_s": exact_s,
                  "load_average": round(os.getloadavg()[0], 2), **q})
     if ef in args.time_ef:
-      timed[ef] = idx
+      timed[(ef, kind, exp, w)] = idx
   if timed and not args.no_timing:
     ms = timings(prep, timed, queries, max_size, args.batches, args.repeats, log)
     for row in rows:
-      if row["ef_search"] in ms:
-        row["ms_per_query"] = ms[row["ef_search"]]
+      key = ((row["effort"], "lowrank", row["expansion_rank"], row["expansion_candidates"])
+             if row["expansion"] == "lowrank" else
+             (row["effort"], "index", row["expansion_effort"], row["neighbors"]))
+      if key in ms:
+        row["ms_per_query"] = ms[key]
   jax.clear_caches()
   del prep, index, z
   gc.collect()
@@ -288,12 +326,28 @@ def _fmt_ms(t: dict | None, key: str) -> str:
   return f"{m['exact_ms']:.2f} / {m['ann_ms']:.2f} ({m['speedup']:.1f}×)"
 
 
+def _index_label(r: dict) -> str:
+  if r.get("index") == "ivf":
+    label = f"IVF {r['nlist']} / {r['nprobe']}"
+  else:
+    codes = " sq8" if r.get("index", "hnsw_sq8") == "hnsw_sq8" else ""
+    label = f"HNSW{codes} {r['hnsw_m']} / {r['ef_construction']} / {r['ef_search']}"
+  if r.get("expansion") == "lowrank":
+    return label + f", low-rank r {r['expansion_rank']} / C2 {r['expansion_candidates']}"
+  if r.get("expansion_effort"):
+    label += f", exp {r['expansion_effort']}"
+  return label + f", W {r.get('neighbors', 40)}"
+
+
 def markdown(rows: list[dict], command: str) -> str:
   lines = [f"`{command}` — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-           f"{provenance.machine()}. K1 = {K1}, K_pool = {K_POOL}; faiss HNSW over Z (inner "
-           f"product); recall against the exact path's S0 / expansion / shortlist; ms per query "
-           f"as exact / ANN (speed-up).", "",
-           "| library | N | d | M | HNSW M / efC / efSearch | build s | S0 recall | expansion "
+           f"{provenance.machine()}. K1 = {K1}, K_pool = {K_POOL}; faiss index over Z (inner "
+           f"product): HNSW M / efConstruction / efSearch, or IVF nlist / nprobe; \"exp\": the "
+           f"expansion's own effort, W: the tools per S0 member it asks for; \"low-rank r / "
+           f"C2\": the expansion by a scan under M_M's rank-r factor, C2 candidates; recall "
+           f"against the exact path's S0 / expansion / shortlist; ms per query as exact / ANN "
+           f"(speed-up).", "",
+           "| library | N | d | M | index | build s | S0 recall | expansion "
            "recall | shortlist recall | best set identical | stage 1 b1 | stage 1 b64 | "
            "shortlist b1 | shortlist b64 | predict b1 |",
            "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|---|---|---|---|"]
@@ -302,7 +356,7 @@ def markdown(rows: list[dict], command: str) -> str:
     build = f"{r['build_s']:.0f}" if r.get("build_s") else "cached"
     lines.append(
         f"| {r['library']} | {r['num_tools']:,} | {r['dim']} | {r['max_size']} | "
-        f"{r['hnsw_m']} / {r['ef_construction']} / {r['ef_search']} | {build} | "
+        f"{_index_label(r)} | {build} | "
         f"{r['s0_recall']:.4f} | {r['expansion_recall']:.4f} | {r['shortlist_recall']:.4f} | "
         f"{r['best_set_identical']:.4f} | {_fmt_ms(t, 'stage1_b1')} | "
         f"{_fmt_ms(t, 'stage1_b64')} | {_fmt_ms(t, 'shortlist_b1')} | "
@@ -323,7 +377,7 @@ def plot(rows: list[dict], path: pathlib.Path) -> None:
   for lib in dict.fromkeys(r["library"] for r in rows):
     rs = [r for r in rows if r["library"] == lib]
     for n in sorted({r["num_tools"] for r in rs}):
-      pts = sorted((r["ef_search"], r["shortlist_recall"], r["best_set_identical"])
+      pts = sorted((r["effort"], r["shortlist_recall"], r["best_set_identical"])
                    for r in rs if r["num_tools"] == n)
       ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
               label=f"{lib} {n:,}: shortlist recall")
@@ -331,7 +385,7 @@ def plot(rows: list[dict], path: pathlib.Path) -> None:
               label=f"{lib} {n:,}: best set identical")
   ax.axhline(0.99, color="grey", lw=0.8)
   ax.set_xscale("log", base=2)
-  ax.set_xlabel("efSearch")
+  ax.set_xlabel("efSearch (HNSW) / nprobe (IVF)")
   ax.set_title("agreement with the exact first stage", fontsize=9)
   ax.legend(fontsize=6)
   labels, exact_ms, ann_ms = [], [], []
@@ -339,7 +393,8 @@ def plot(rows: list[dict], path: pathlib.Path) -> None:
     for b in (1, 64):
       m = r["ms_per_query"].get(f"stage1_b{b}")
       if m:
-        labels.append(f"{r['library'][:5]} {r['num_tools'] // 1000}k\nef{r['ef_search']} b{b}")
+        labels.append(f"{r['library'][:5]} {r['num_tools'] // 1000}k\n"
+                      f"{'np' if r.get('index') == 'ivf' else 'ef'}{r['effort']} b{b}")
         exact_ms.append(m["exact_ms"])
         ann_ms.append(m["ann_ms"])
   x = np.arange(len(labels))
@@ -365,14 +420,27 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--queries", type=int, default=500, help="queries per library (default 500)")
   p.add_argument("--dim", type=int, default=256, help="d of the synthetic libraries")
   p.add_argument("--max-size", type=int, default=5, help="M of the synthetic model")
-  p.add_argument("--index", default="hnsw_sq8", choices=("hnsw_sq8", "hnsw", "flat"))
+  p.add_argument("--index", default="hnsw_sq8", choices=("hnsw_sq8", "hnsw", "ivf", "flat"))
   p.add_argument("--hnsw-m", type=int, default=32)
   p.add_argument("--ef-construction", type=int, default=40)
-  p.add_argument("--ef-search", type=int, nargs="+", default=[512])
+  p.add_argument("--ef-search", type=int, nargs="+", default=[512],
+                 help="HNSW: the efSearch values to measure")
+  p.add_argument("--nlist", type=int, default=4096, help="IVF lists")
+  p.add_argument("--nprobe", type=int, nargs="+", default=[256],
+                 help="IVF: the nprobe values to measure")
+  p.add_argument("--expansion-effort", type=int, nargs="+", default=[0],
+                 help="the expansion's own efSearch / nprobe values (0: the stage-1 one)")
   p.add_argument("--time-ef", type=int, nargs="*", default=None,
-                 help="the efSearch values to time (default: every one)")
+                 help="the efSearch / nprobe values to time (default: every one)")
   p.add_argument("--candidates", type=int, default=128)
-  p.add_argument("--neighbors", type=int, default=40)
+  p.add_argument("--neighbors", type=int, nargs="+", default=[40],
+                 help="the tools per S0 member the expansion asks the index for")
+  p.add_argument("--expansion", nargs="+", default=["index"], choices=("index", "lowrank"),
+                 help="the expansion's candidates: the index's searches, or a low-rank scan")
+  p.add_argument("--expansion-rank", type=int, nargs="+", default=[32],
+                 help="--expansion lowrank: the ranks r to measure")
+  p.add_argument("--expansion-candidates", type=int, nargs="+", default=[256],
+                 help="--expansion lowrank: the candidate counts C2 to measure")
   p.add_argument("--batches", type=int, nargs="+", default=[1, 64])
   p.add_argument("--repeats", type=int, default=5)
   p.add_argument("--no-timing", action="store_true")
@@ -388,7 +456,7 @@ def run(args: argparse.Namespace) -> int:
   if args.quick:
     args.sizes, args.queries, args.repeats = [20_000], min(args.queries, 100), 2
   if args.time_ef is None:
-    args.time_ef = args.ef_search
+    args.time_ef = args.nprobe if args.index == "ivf" else args.ef_search
   command = provenance.command()
   real = real_embeddings() if any(x.startswith("real") for x in args.libraries) else None
   rows: list[dict] = []

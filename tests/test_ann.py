@@ -74,6 +74,103 @@ def test_hnsw_recall_and_best_sets():
   assert same >= 0.98
 
 
+def test_ivf_recall_and_best_sets():
+  params = random_params(n=3000)
+  index = ann.build(params.tool_embeddings, ann.Settings(index="ivf", nlist=32, nprobe=16,
+                                                         candidates=32, neighbors=16))
+  assert index.index.nlist == 32 and index.index.ntotal == 3000
+  exact, approx = both(params, queries(params, q=64), index)
+  recall = np.mean([len(set(a) & set(e)) / K for a, e in zip(approx.shortlist, exact.shortlist)])
+  assert recall >= 0.99
+  same = np.mean([sorted(a) == sorted(e) for a, e in zip(approx.set_tools, exact.set_tools)])
+  assert same >= 0.98
+  # Every list probed: IVF scans all of Z, the exact answers.
+  full = ann.Index(index.index, dataclasses.replace(index.settings, nprobe=32), 3000, D)
+  assert_same(*both(params, queries(params, q=16), full))
+
+
+def test_ivf_small_library_gets_fewer_lists():
+  z = clustered(200, D, 0)
+  index = ann.build(z, ann.Settings(index="ivf"))  # nlist 4096 asked, 200 // 40 = 5 made
+  assert index.index.nlist == 5
+  np.testing.assert_array_equal(index.search(z[:3], 1)[:, 0], [0, 1, 2])
+
+
+def test_expansion_effort_is_the_expansion_searches_own():
+  params = random_params(n=1000)
+  z = np.asarray(params.tool_embeddings)
+  for kind, first in (("ivf", "nprobe"), ("hnsw", "ef_search")):
+    settings = ann.Settings(index=kind, nlist=16, **{first: 2}, expansion_effort=16)
+    assert settings.effort() == 2 and settings.effort(expansion=True) == 16
+    assert ann.Settings(index=kind, **{first: 5}).effort(expansion=True) == 5
+    assert "expansion" in settings.describe()
+    built = ann.build(z, settings)
+    seen = []
+
+    class Recording(ann.Index):
+      def search(self, x, k, expansion=False):
+        seen.append(expansion)
+        return super().search(x, k, expansion)
+
+    index = Recording(built.index, settings, len(z), D)
+    both(params, queries(params, q=8), index, batch_size=8)
+    assert seen == [False, True]  # stage 1 with its effort, then the expansion with its own
+    # With the flat index (or nprobe = nlist) the expansion's candidates are the true ones.
+    x = queries(params, q=4) @ np.asarray(params.interactions[-1])
+    truth = np.argsort(-(x @ z.T), axis=1, kind="stable")[:, :5]
+    if kind == "ivf":
+      np.testing.assert_array_equal(built.search(x, 5, expansion=True), truth)
+
+
+def test_lowrank_expansion_at_full_rank_is_exact():
+  # Rank d and every tool a candidate: g̃ = g, the expansion's candidates are all of Z, and
+  # with the flat index the answers are the exact path's (a query tower in front of P).
+  params = random_params(tower=True)
+  index = ann.build(params.tool_embeddings, ann.Settings(
+      index="flat", expansion="lowrank", expansion_rank=D, expansion_candidates=N))
+  assert_same(*both(params, queries(params), index))
+
+
+def test_lowrank_expansion_recall_and_best_sets():
+  params = random_params(n=3000)
+  settings = ann.Settings(index="flat", expansion="lowrank", expansion_rank=12,
+                          expansion_candidates=128)
+  assert "rank-12" in settings.describe()
+  index = ann.build(params.tool_embeddings, settings)
+  exact, approx = both(params, queries(params, q=64), index)
+  recall = np.mean([len(set(a) & set(e)) / K for a, e in zip(approx.shortlist, exact.shortlist)])
+  assert recall >= 0.99
+  same = np.mean([sorted(a) == sorted(e) for a, e in zip(approx.set_tools, exact.set_tools)])
+  assert same >= 0.98
+  # The low-rank g̃ ranks tools as the exact g does where M_M has rank r.
+  z = np.asarray(params.tool_embeddings)
+  u, s, vt = np.linalg.svd(np.asarray(params.interactions[-1], np.float64))
+  mm = ((u[:, :8] * s[:8]) @ vt[:8]).astype(np.float32)
+  keyed = z[None, :K1] @ mm                                            # [1, K1, D]
+  g = np.max(keyed[0] @ z.T, axis=0)
+  np.testing.assert_array_equal(index.lowrank_search(keyed, mm, 20)[0],
+                                np.argsort(-g, kind="stable")[:20])
+
+
+def test_lowrank_factor_is_kept_per_interaction_matrix():
+  params = random_params()
+  index = ann.build(params.tool_embeddings, ann.Settings(expansion="lowrank", expansion_rank=4))
+  m2, m3 = (np.asarray(m) for m in params.interactions)
+  vr, y = index.lowrank_factor(m3)
+  assert vr.shape == (D, 4) and y.shape == (N, 4)
+  assert index.lowrank_factor(m3.copy())[1] is y  # the same M_M: made once
+  assert index.lowrank_factor(m2)[1] is not y and len(index._factors) == 2
+  # A prediction with M = 2 uses M_2's factor (prepare truncates θ to M_2).
+  prep = pipeline.prepare(params, max_size=2, k_pool=K)
+  pipeline.predict_batched(prep, queries(params, q=4), k1=K1, k_pool=K, max_size=2,
+                           first_stage=index)
+  assert len(index._factors) == 2
+  with pytest.raises(ValueError, match="Z"):
+    ann.Index(index.index, index.settings, N, D).lowrank_factor(m3)
+  with pytest.raises(ValueError, match="expansion"):
+    ann.build(params.tool_embeddings, ann.Settings(expansion="graph"))
+
+
 def test_untrained_model_is_the_dense_retriever():
   # M_M = 0: every g ties, and the expansion follows ℓ — the exact path's contract.
   params = random_params(scale=0.0)
@@ -90,7 +187,7 @@ def test_index_returning_nothing_still_gives_a_shortlist():
   params = random_params()
 
   class Empty(ann.Index):
-    def search(self, x, k):
+    def search(self, x, k, expansion=False):
       return np.full(np.shape(x)[:-1] + (k,), -1, np.int32)
 
   index = Empty(None, ann.Settings(), N, D)
@@ -106,9 +203,9 @@ def test_filters_and_lexical_scores_run_the_exact_path():
   class Counting(ann.Index):
     calls = 0
 
-    def search(self, x, k):
+    def search(self, x, k, expansion=False):
       Counting.calls += 1
-      return super().search(x, k)
+      return super().search(x, k, expansion)
 
   built = ann.build(params.tool_embeddings, ann.Settings(index="flat"))
   index = Counting(built.index, built.settings, N, D)
@@ -144,6 +241,15 @@ def test_cache_reads_what_it_wrote_and_rebuilds_a_bad_file(tmp_path):
   files[0].write_bytes(b"not an index")
   rebuilt = ann.load_or_build(z, settings, tmp_path)
   assert rebuilt.build_s is not None and rebuilt.index.ntotal == N
+  # IVF: nlist is part of the key, nprobe and the expansion's effort are not.
+  ivf = ann.Settings(index="ivf", nlist=4)
+  built = ann.load_or_build(z, ivf, tmp_path)
+  assert built.build_s is not None and len(list(tmp_path.glob("ann-*.faiss"))) == 4
+  read = ann.load_or_build(z, dataclasses.replace(ivf, nprobe=2, expansion_effort=4), tmp_path)
+  assert read.build_s is None and read.index.nlist == 4
+  np.testing.assert_array_equal(read.search(x, 10, expansion=True), built.search(x, 10))
+  ann.load_or_build(z, dataclasses.replace(ivf, nlist=8), tmp_path)
+  assert len(list(tmp_path.glob("ann-*.faiss"))) == 5
 
 
 def test_settings_match_the_manifest_parameters():
@@ -212,8 +318,12 @@ def test_per_model_opt_in_through_the_manifest_and_the_flag(tmp_path):
     ({"kind": "ann", "ef_search": 0}, "'ef_search' must be an integer ≥ 1"),
     ({"kind": "ann", "candidates": 2.5}, "'candidates' must be an integer"),
     ({"kind": "ann", "hnsw_m": True}, "'hnsw_m' must be an integer"),
-    ({"kind": "ann", "index": "ivf"}, "'index' is 'ivf'"),
-    ({"kind": "ann", "nprobe": 4}, "unknown parameter(s) 'nprobe'"),
+    ({"kind": "ann", "index": "ivfpq"}, "'index' is 'ivfpq'"),
+    ({"kind": "ann", "nbits": 4}, "unknown parameter(s) 'nbits'"),
+    ({"kind": "ann", "nprobe": 0}, "'nprobe' must be an integer ≥ 1"),
+    ({"kind": "ann", "expansion_effort": -1}, "'expansion_effort' must be an integer ≥ 0"),
+    ({"kind": "ann", "expansion": "graph"}, "'expansion' is 'graph'"),
+    ({"kind": "ann", "expansion_rank": 0}, "'expansion_rank' must be an integer ≥ 1"),
     ({"kind": "exact", "ef_search": 4}, "exact but sets ANN parameters"),
 ])
 def test_bad_first_stage_is_refused_naming_the_field(tmp_path, capsys, value, needle):
