@@ -262,7 +262,7 @@ def test_batches_never_mix_keys():
 # Enough to overlap updates with requests in flight on every client (a few hundred requests);
 # each update re-indexes the library, so more of them only repeat the same path for longer.
 CLIENTS = 4
-UPDATES = 24
+UPDATES = 12
 LOAD_DEADLINE_S = 150  # a hard stop: the clients and the updates end by themselves before it
 
 
@@ -385,3 +385,64 @@ def test_updates_under_concurrent_load(model_dir, library):
         f"{elapsed:.1f} s ({len(requests) / elapsed:.1f} q/s); 0 errors, 0 lost; "
         f"{stale} finished on a library replaced while they were in flight; {new_named} of "
         f"the {added} answers from version 2 on named an added tool")
+
+
+# --------------------------------------------------------------------------- memory (#37)
+
+def test_updates_of_new_sizes_keep_only_the_served_programs():
+  """A library whose size changes at every update: before, each size compiled programs that
+  the module-level jit kept for the life of the process (RSS grew ~14 MiB per size, without
+  bound); now a library's prediction programs go with it, a swap drops the programs that
+  prepared it, and the answers stay those of pipeline.predict_batched. An update that keeps
+  the shapes shares the programs and compiles nothing."""
+  import gc
+  import weakref
+
+  from test_fuzz import tiny_retriever
+  from hyset_jax.inference import neighbors, pipeline
+  from hyset_jax.serve.catalogue import Catalogue, ToolIn, build_successor, plan_update
+
+  first = tiny_retriever(max_batch=1)  # 40 tools, one batch bucket: one program per library
+  first.warm_up(encoder=False)
+  catalogue = Catalogue(first)
+  # JAX's own count of the module-level programs (a private method): the server adds none.
+  module_programs = pipeline.predict_prepared_rankings._cache_size()
+  gone = [weakref.ref(first.programs)]
+  del first
+
+  async def updates():
+    for count in (1, 2, 3, 1):  # 40 -> 39 -> 37 -> 34 -> 33 tools: a new size each time
+      ids = list(catalogue.current.retriever.model.tool_ids[:count])
+      await catalogue.update(None, ids, batcher=None)  # removals embed nothing
+      served = catalogue.current.retriever
+      gone.append(weakref.ref(served.programs))
+      gc.collect()
+      assert [ref() is None for ref in gone] == [True] * (len(gone) - 1) + [False]
+      assert served.programs.traces == 1  # its warm-up's, for its own size
+      assert pipeline._products._cache_size() == neighbors._block._cache_size() == 0
+
+  try:
+    asyncio.run(updates())
+  finally:
+    catalogue.close()
+  assert pipeline.predict_prepared_rankings._cache_size() == module_programs
+
+  served = catalogue.current.retriever
+  m = served.model
+  emb = np.random.default_rng(5).normal(size=(3, served.query_dim)).astype(np.float32)
+  want = pipeline.predict_batched(m.params, emb, k1=m.k1, k_pool=m.k_pool,
+                                  max_size=m.max_set_size, ranking=served.default_ranking)
+  for q in range(3):
+    row = served.predict(emb[q:q + 1], served.defaults)[0]
+    assert row["set"] == [m.tool_ids[t] for t in want.set_tools[q] if t >= 0]
+    assert row["shortlist"] == [m.tool_ids[t] for t in want.shortlist[q]]
+    assert row["ranking"] == [m.tool_ids[t] for t in want.ranking[q]]
+    assert row["set_score"] == pytest.approx(float(want.set_score[q]), abs=1e-5)
+
+  # One tool in, one out: the same shapes, so the successor runs on the same programs.
+  plan = plan_update(served, [ToolIn(id="same_size", description="Book a table.")],
+                     [m.tool_ids[0]])
+  vector = np.random.default_rng(6).normal(size=m.params.tool_embeddings.shape[1])
+  successor = build_successor(served, plan, {"same_size": vector.astype(np.float32)})
+  assert successor.num_tools == served.num_tools
+  assert successor.programs is served.programs and successor.programs.traces == 1

@@ -5,10 +5,19 @@ request state, so one instance serves any number of connections; its device call
 from one thread at a time (the micro-batcher's), since they share compiled functions.
 
 A prediction row has the fields of ``hyset predict`` — ``set``, ``set_score``, ``ranking``,
-``shortlist`` (tool ids) — computed by :func:`hyset_jax.inference.pipeline.predict_batched` on the
-model's own query encoder, from the model prepared once per set-size limit a request asks for
-(:func:`hyset_jax.inference.pipeline.prepare`: P Zᵀ, Z M_m and the neighbour table), plus ``tools``: the
-definitions of the set's members (:func:`hyset_jax.data.tooltext.definition`).
+``shortlist`` (tool ids) — computed as :func:`hyset_jax.inference.pipeline.predict_batched`
+computes them, on the model's own query encoder, from the model prepared once per set-size
+limit a request asks for (:func:`hyset_jax.inference.pipeline.prepare`: P Zᵀ, Z M_m and the
+neighbour table), plus ``tools``: the definitions of the set's members
+(:func:`hyset_jax.data.tooltext.definition`).
+
+Compiled programs belong to a library (:class:`Programs`): a Retriever predicts through its own
+jitted function, which a catalogue update's successor shares when its arrays have the same
+shapes (the same programs answer it, nothing compiles) and otherwise replaces. A library's
+programs are freed with its last Retriever, so a server whose library changes size at every
+update holds the programs of the libraries it serves, not of every size it ever served (the
+module-level ``jax.jit`` of :mod:`hyset_jax.inference.pipeline` keeps one program per shape for
+the life of the process).
 
 A request may carry a tool filter (:mod:`hyset_jax.inference.filters`, intersected with its API key's
 policy): ``Options.allowed`` holds its mask, inference masks the other tools before the
@@ -22,11 +31,12 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from hyset_jax import choices
-from hyset_jax.inference import ann, filters, pipeline
-from hyset_jax.model import terms
+from hyset_jax.inference import ann, filters, pipeline, subsets
+from hyset_jax.model import query_inputs, terms
 from hyset_jax.model.query_inputs import QueryInputs
 from hyset_jax.data.tooltext import definition
 from hyset_jax.errors import FieldError, UserError
@@ -98,6 +108,41 @@ def tool_catalog_and_tags(tool_ids: Sequence[str], specs: Sequence[str]
   return defs, tags, f"tool definitions for {known} of {len(tool_ids)} tools from {where}"
 
 
+class Programs:
+  """The compiled prediction programs of one library: a ``jax.jit`` of
+  :func:`pipeline.predict_prepared_rankings`'s computation that is this object's own.
+
+  JAX keys its compiled programs by the function compiled, so these are dropped when this
+  object is (with the last Retriever holding it), where the module-level function would keep
+  them, one per library shape, for the life of the process. ``traces`` counts compilations
+  (one per distinct argument shape and static option set)."""
+
+  STATIC = ("k1", "k_pool", "max_size", "method", "rankings", "first_stage")
+
+  def __init__(self):
+    # A list, not self: a closure over self would be a reference cycle, and the programs
+    # would wait for the cycle collector instead of going with the last reference.
+    traces = self._traces = [0]
+
+    def run(prep, x, *, k1, k_pool, max_size, method, rankings, first_stage):
+      traces[0] += 1  # runs while tracing only
+      return pipeline._predict_prepared(prep, x, k1, k_pool, max_size, method, rankings,
+                                        first_stage)
+    self.predict = jax.jit(run, static_argnames=self.STATIC)
+
+  @property
+  def traces(self) -> int:
+    return self._traces[0]
+
+
+def library_shapes(model) -> tuple:
+  """What decides the shapes of a library's compiled programs: its parameter tree and every
+  array's shape and dtype (the tool count among them), and whether it has a lexical term."""
+  leaves, tree = jax.tree.flatten(model.params)
+  return (tree, tuple((np.shape(a), str(getattr(a, "dtype", type(a).__name__)))
+                      for a in leaves), model.lexical is None)
+
+
 class Retriever:
   """Text queries in, prediction rows out, for one model directory.
 
@@ -118,13 +163,15 @@ class Retriever:
     first_stage: the approximate first stage's settings (:func:`ann.settings`), or None for the
       exact one. Its index over the model's Z is built (or read from ``cache_dir``) on first
       use and replaces the neighbour table; filtered requests run the exact first stage.
+    programs: the compiled programs to predict with (:class:`Programs`); None: new ones.
+      :meth:`with_library` passes its own to a successor of the same shapes.
   """
 
   def __init__(self, model, encode: Callable[[list[str]], np.ndarray], definitions: list[dict],
                *, method: str = choices.DEFAULT_METHOD, max_batch: int = 64,
                warm_texts: Sequence[str] = ("warm up",), cache_dir=None,
                sentence_encoder=None, tags: dict[str, frozenset[str]] | None = None,
-               first_stage: ann.Settings | None = None):
+               first_stage: ann.Settings | None = None, programs: Programs | None = None):
     if len(definitions) != len(model.tool_ids):
       raise ValueError("one definition per tool expected")
     self.model = model
@@ -145,6 +192,7 @@ class Retriever:
     self.first_stage = first_stage
     self._ann: ann.Index | None = None
     self._filter_index: filters.FilterIndex | None = None
+    self.programs = programs if programs is not None else Programs()
 
   @property
   def filter_index(self) -> filters.FilterIndex:
@@ -172,11 +220,18 @@ class Retriever:
     """This retriever's encoder and settings over ``model``, an edited copy of its model.
 
     Nothing is prepared yet. Neighbour tables are built in memory: a cache beside the source
-    model directory is keyed by Z, and an edited library's tables do not belong there."""
+    model directory is keyed by Z, and an edited library's tables do not belong there.
+
+    The successor shares this library's compiled programs when its arrays have the same shapes
+    (:func:`library_shapes`: an update that adds as many tools as it removes), so nothing
+    compiles; otherwise it gets its own, and these go with the last Retriever of this library.
+    With an ANN first stage it never shares: the index is a static argument, one per library,
+    so shared programs would pile up one per update."""
+    same = self.first_stage is None and library_shapes(model) == library_shapes(self.model)
     return Retriever(model, self.encode, definitions, method=self.method,
                      max_batch=self.max_batch, warm_texts=self.warm_texts, cache_dir=None,
                      sentence_encoder=self.sentence_encoder, tags=self.tags,
-                     first_stage=self.first_stage)
+                     first_stage=self.first_stage, programs=self.programs if same else None)
 
   @property
   def prepared_sizes(self) -> tuple[int, ...]:
@@ -252,11 +307,18 @@ class Retriever:
       lexical = np.concatenate([lexical, np.zeros((pad, self.num_tools), np.float32)])
     if allowed is not None:
       allowed = np.concatenate([allowed, np.ones((pad, self.num_tools), bool)])
-    pred = pipeline.predict_batched(self.prepared(options.max_size),
-                                     QueryInputs(emb, lexical, allowed), k1=self.model.k1,
-                                     k_pool=options.k_pool, max_size=options.max_size,
-                                     batch_size=bucket, method=self.method,
-                                     ranking=options.ranking, first_stage=self.ann_index())
+    # One bucket-sized call through this library's programs: what pipeline.predict_batched
+    # runs for one chunk, there through the module-level jit (see Programs).
+    prep = self.prepared(options.max_size)
+    subsets.validate_sizes(options.k_pool, options.max_size, k1=self.model.k1,
+                           num_tools=self.num_tools)
+    x = query_inputs.check(QueryInputs(
+        np.asarray(emb, np.float32), None if lexical is None else np.asarray(lexical, np.float32),
+        None if allowed is None else np.asarray(allowed, bool)), prep.params)
+    out = self.programs.predict(prep, x, k1=self.model.k1, k_pool=options.k_pool,
+                                max_size=options.max_size, method=self.method,
+                                rankings=(options.ranking,), first_stage=self.ann_index())[0]
+    pred = jax.tree.map(np.asarray, out)
     ids, defs = self.model.tool_ids, self.definitions
     rows = []
     for q in range(n):
