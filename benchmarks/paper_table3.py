@@ -382,24 +382,11 @@ def run_cell(cell: Cell, out: pathlib.Path, args: Any) -> dict:
 
 
 def run_plan(plan: list[Cell], out: pathlib.Path, args: Any, log=print) -> dict[str, float]:
-  """Every unfinished cell in order, one progress line each; {cell: seconds} of those run."""
-  from benchmarks.paper_tables import _clock
-  t0, ran = time.time(), {}
-  todo = [c for c in plan if not finished(out, c, args)]
-  log(f"{len(plan)} cells, {len(plan) - len(todo)} finished before, {len(todo)} to run "
-      f"under {out}")
-  for i, cell in enumerate(plan, 1):
-    if cell not in todo:
-      log(f"[{i}/{len(plan)}] {cell.name}: finished before, skipped")
-      continue
-    t = time.time()
-    result = run_cell(cell, out, args)
-    ran[cell.name] = time.time() - t
-    eta = sum(ran.values()) / len(ran) * (len(todo) - len(ran))
-    log(f"[{i}/{len(plan)}] {cell.name}: {ran[cell.name]:.0f}s (COMP@5 "
-        f"{100 * result['splits']['test']['comp@5']:.2f}); elapsed {_clock(time.time() - t0)}, "
-        f"ETA {_clock(eta)} for {len(todo) - len(ran)} cells")
-  return ran
+  """Every unfinished cell in order, one progress line each (paper_tables.run_cells); {cell:
+  seconds} of those run."""
+  from benchmarks.paper_tables import run_cells
+  log(f"cells under {out}")
+  return run_cells(plan, lambda c: finished(out, c, args), lambda c: run_cell(c, out, args), log)
 
 
 # --- the table -------------------------------------------------------------------------------

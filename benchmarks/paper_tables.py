@@ -85,21 +85,21 @@ def _clock(seconds: float) -> str:
   return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
-def run_plan(plan: list[pc.Cell], out: pathlib.Path, overrides: list[str],
-             log=print) -> dict[str, float]:
-  """Runs every unfinished cell of ``plan`` in order, with a progress line per cell (i/n,
-  elapsed, ETA from the mean time of the cells run so far); returns {cell name: seconds} of
-  the cells run now (skipped ones are not in it)."""
+def run_cells(plan: list, is_finished, run, log=print) -> dict[str, float]:
+  """Runs every cell of ``plan`` (objects with a ``name``) that ``is_finished(cell)`` says is not
+  done, in order, through ``run(cell)`` (its result: ``{"splits": {split: metrics}}``), with a
+  progress line per cell (i/n, elapsed, ETA from the mean time of the cells run so far);
+  returns {cell name: seconds} of the cells run now (skipped ones are not in it). Tables 1-2
+  and Table 3 (benchmarks/paper_table3.py) both go through it."""
   t0, ran = time.time(), {}
-  todo = [c for c in plan if not pc.finished(out, c, pc.cell_spec(c, overrides))]
-  log(f"{len(plan)} cells, {len(plan) - len(todo)} finished before, {len(todo)} to run "
-      f"under {out}")
+  todo = [c for c in plan if not is_finished(c)]
+  log(f"{len(plan)} cells, {len(plan) - len(todo)} finished before, {len(todo)} to run")
   for i, cell in enumerate(plan, 1):
     if cell not in todo:
       log(f"[{i}/{len(plan)}] {cell.name}: finished before, skipped")
       continue
     t = time.time()
-    result = pc.run_cell(cell, out, overrides)
+    result = run(cell)
     ran[cell.name] = time.time() - t
     left = len(todo) - len(ran)
     eta = sum(ran.values()) / len(ran) * left
@@ -108,6 +108,14 @@ def run_plan(plan: list[pc.Cell], out: pathlib.Path, overrides: list[str],
     log(f"[{i}/{len(plan)}] {cell.name}: {ran[cell.name]:.0f}s ({comp}); elapsed "
         f"{_clock(time.time() - t0)}, ETA {_clock(eta)} for {left} cells")
   return ran
+
+
+def run_plan(plan: list[pc.Cell], out: pathlib.Path, overrides: list[str],
+             log=print) -> dict[str, float]:
+  """:func:`run_cells` over Tables 1-2's cells under ``out``."""
+  log(f"cells under {out}")
+  return run_cells(plan, lambda c: pc.finished(out, c, pc.cell_spec(c, overrides)),
+                   lambda c: pc.run_cell(c, out, overrides), log)
 
 
 def main(argv: list[str] | None = None) -> int:
