@@ -732,13 +732,8 @@ def make_parser() -> argparse.ArgumentParser:
                       help=f"CD+target: target training queries (default {TARGET_QUERIES})")
   parser.add_argument("--max-queries", type=int, default=0,
                       help="score the first N test queries of each setting (0 = all)")
-  parser.add_argument("--out", help="cell folder (default runs/paper_table3[_quick])")
-  parser.add_argument("--results", default="benchmarks/results",
-                      help="existing folder for <tag>.{md,json,png}")
-  parser.add_argument("--tag", help="names the result files (default paper_table3[_quick])")
-  parser.add_argument("--resamples", type=int, default=10_000,
-                      help="paired-bootstrap resamples (default 10⁴)")
-  parser.add_argument("--force", action="store_true", help="replace existing result files")
+  from benchmarks.paper_tables import add_output_args
+  add_output_args(parser, "paper_table3")
   parser.add_argument("--estimate-only", action="store_true",
                       help="print the selected plan's duration (by default the full run's), "
                            "estimated from the cells under --out and earlier measurements "

@@ -56,14 +56,19 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument("--no-carried", action="store_true",
                       help="no carried-model cells (ToolLens → ToolBench, UltraTool ↔ "
                            "Seal-Tools)")
-  parser.add_argument("--out", help="cell folder (default runs/paper_tables[_quick])")
+  add_output_args(parser, "paper_tables")
+  return parser
+
+
+def add_output_args(parser: argparse.ArgumentParser, stem: str) -> None:
+  """The options every paper table shares: where its cells and results go, and the bootstrap."""
+  parser.add_argument("--out", help=f"cell folder (default runs/{stem}[_quick])")
   parser.add_argument("--results", default="benchmarks/results",
                       help="existing folder for <tag>.{md,json,png}")
-  parser.add_argument("--tag", help="names the result files (default paper_tables[_quick])")
+  parser.add_argument("--tag", help=f"names the result files (default {stem}[_quick])")
   parser.add_argument("--resamples", type=int, default=10_000,
                       help="paired-bootstrap resamples (default 10⁴)")
   parser.add_argument("--force", action="store_true", help="replace existing result files")
-  return parser
 
 
 def with_defaults(args: argparse.Namespace) -> argparse.Namespace:
