@@ -477,8 +477,17 @@ def predict_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, *, k1: int
                            (DEFAULT_RANKING if ranking is None else ranking,), first_stage)[0]
 
 
-@functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "rankings",
-                                             "first_stage"))
+_RANKINGS_STATIC = ("k1", "k_pool", "max_size", "method", "rankings", "first_stage")
+
+
+def _predict_rankings(prep: PreparedModel, x: QueryInputs | jax.Array, *, k1: int,
+                      k_pool: int, max_size: int, rankings: tuple[Ranking, ...],
+                      method: enumeration.Method = enumeration.DEFAULT_METHOD,
+                      first_stage: ann.Index | None = None) -> tuple[Prediction, ...]:
+  return _predict_prepared(prep, x, k1, k_pool, max_size, method, rankings, first_stage)
+
+
+@functools.partial(jax.jit, static_argnames=_RANKINGS_STATIC)
 def predict_prepared_rankings(prep: PreparedModel, x: QueryInputs | jax.Array, *, k1: int,
                               k_pool: int, max_size: int, rankings: tuple[Ranking, ...],
                               method: enumeration.Method = enumeration.DEFAULT_METHOD,
@@ -486,7 +495,21 @@ def predict_prepared_rankings(prep: PreparedModel, x: QueryInputs | jax.Array, *
                               ) -> tuple[Prediction, ...]:
   """:func:`predict_prepared` for several ranking methods in one program (stage 1, the expansion
   and stage 2 once; the i-th Prediction ranks by ``rankings[i]``, its other fields shared)."""
-  return _predict_prepared(prep, x, k1, k_pool, max_size, method, rankings, first_stage)
+  return _predict_rankings(prep, x, k1=k1, k_pool=k_pool, max_size=max_size, rankings=rankings,
+                           method=method, first_stage=first_stage)
+
+
+def own_rankings_program(on_trace=None):
+  """A ``jax.jit`` of :func:`predict_prepared_rankings`' computation that is the caller's own
+  (for :func:`predict_batched`'s ``program``): JAX keys compiled programs by the function, so
+  they are freed with this one, where the module-level function keeps one per argument shape
+  for the life of the process (a server whose library changes size: serve/retriever.py).
+  ``on_trace``: called each time it traces, i.e. compiles."""
+  def run(prep, x, **kw):
+    if on_trace is not None:
+      on_trace()
+    return _predict_rankings(prep, x, **kw)
+  return jax.jit(run, static_argnames=_RANKINGS_STATIC)
 
 
 def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndarray, *, k1: int,
@@ -495,7 +518,7 @@ def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndar
                     ranking: Ranking | None = None, progress: bool = False,
                     neighbor_table: bool | None = None,
                     rankings: tuple[Ranking, ...] | None = None,
-                    first_stage: ann.Index | None = None
+                    first_stage: ann.Index | None = None, program=None
                     ) -> Prediction | tuple[Prediction, ...]:
   """:func:`predict_prepared` over any number of queries in fixed-size chunks (one compilation
   of :func:`predict_prepared_rankings`, which the single-ranking case runs with one name).
@@ -513,6 +536,8 @@ def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndar
     first_stage: an ANN index over the model's Z (:func:`ann.load_or_build`): stage 1 and the
       expansion through it (approximate; filtered or lexical queries stay exact); None: exact.
       With it, a θ ``model`` is prepared without the neighbour table unless asked for.
+    program: the compiled function each chunk runs through (:func:`own_rankings_program`);
+      None: the module-level :func:`predict_prepared_rankings`.
 
   Returns:
     Prediction of NumPy arrays; with ``rankings``, one per method, in that order.
@@ -543,9 +568,9 @@ def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndar
       dtype, fill = (bool, True) if a.dtype == bool else (np.float32, 0)
       a = a.astype(dtype)
       return np.concatenate([a, np.full((pad,) + a.shape[1:], fill, dtype)]) if pad else a
-    out = predict_prepared_rankings(model, jax.tree.map(rows, x), k1=k1, k_pool=k_pool,
-                                    max_size=max_size, method=method, rankings=names,
-                                    first_stage=first_stage)
+    out = (program or predict_prepared_rankings)(
+        model, jax.tree.map(rows, x), k1=k1, k_pool=k_pool, max_size=max_size, method=method,
+        rankings=names, first_stage=first_stage)
     chunks.append(jax.tree.map(lambda a, m=batch_size - pad: np.asarray(a)[:m], out))
   preds = tuple(Prediction(*(np.concatenate(parts) for parts in zip(*(c[i] for c in chunks))))
                 for i in range(len(names)))

@@ -5,8 +5,8 @@ request state, so one instance serves any number of connections; its device call
 from one thread at a time (the micro-batcher's), since they share compiled functions.
 
 A prediction row has the fields of ``hyset predict`` — ``set``, ``set_score``, ``ranking``,
-``shortlist`` (tool ids) — computed as :func:`hyset_jax.inference.pipeline.predict_batched`
-computes them, on the model's own query encoder, from the model prepared once per set-size
+``shortlist`` (tool ids) — computed by :func:`hyset_jax.inference.pipeline.predict_batched`
+(through the library's own compiled programs) on the model's own query encoder, from the model prepared once per set-size
 limit a request asks for (:func:`hyset_jax.inference.pipeline.prepare`: P Zᵀ, Z M_m and the
 neighbour table), plus ``tools``: the definitions of the set's members
 (:func:`hyset_jax.data.tooltext.definition`).
@@ -35,8 +35,8 @@ import jax
 import numpy as np
 
 from hyset_jax import choices
-from hyset_jax.inference import ann, filters, pipeline, subsets
-from hyset_jax.model import query_inputs, terms
+from hyset_jax.inference import ann, filters, pipeline
+from hyset_jax.model import terms
 from hyset_jax.model.query_inputs import QueryInputs
 from hyset_jax.data.tooltext import definition
 from hyset_jax.errors import FieldError, UserError
@@ -109,26 +109,19 @@ def tool_catalog_and_tags(tool_ids: Sequence[str], specs: Sequence[str]
 
 
 class Programs:
-  """The compiled prediction programs of one library: a ``jax.jit`` of
-  :func:`pipeline.predict_prepared_rankings`'s computation that is this object's own.
-
-  JAX keys its compiled programs by the function compiled, so these are dropped when this
-  object is (with the last Retriever holding it), where the module-level function would keep
-  them, one per library shape, for the life of the process. ``traces`` counts compilations
-  (one per distinct argument shape and static option set)."""
-
-  STATIC = ("k1", "k_pool", "max_size", "method", "rankings", "first_stage")
+  """The compiled prediction programs of one library
+  (:func:`pipeline.own_rankings_program`: dropped when this object is, with the last Retriever
+  holding it). ``traces`` counts compilations (one per distinct argument shape and static
+  option set)."""
 
   def __init__(self):
     # A list, not self: a closure over self would be a reference cycle, and the programs
     # would wait for the cycle collector instead of going with the last reference.
     traces = self._traces = [0]
 
-    def run(prep, x, *, k1, k_pool, max_size, method, rankings, first_stage):
-      traces[0] += 1  # runs while tracing only
-      return pipeline._predict_prepared(prep, x, k1, k_pool, max_size, method, rankings,
-                                        first_stage)
-    self.predict = jax.jit(run, static_argnames=self.STATIC)
+    def traced():
+      traces[0] += 1
+    self.predict = pipeline.own_rankings_program(on_trace=traced)
 
   @property
   def traces(self) -> int:
@@ -307,18 +300,12 @@ class Retriever:
       lexical = np.concatenate([lexical, np.zeros((pad, self.num_tools), np.float32)])
     if allowed is not None:
       allowed = np.concatenate([allowed, np.ones((pad, self.num_tools), bool)])
-    # One bucket-sized call through this library's programs: what pipeline.predict_batched
-    # runs for one chunk, there through the module-level jit (see Programs).
-    prep = self.prepared(options.max_size)
-    subsets.validate_sizes(options.k_pool, options.max_size, k1=self.model.k1,
-                           num_tools=self.num_tools)
-    x = query_inputs.check(QueryInputs(
-        np.asarray(emb, np.float32), None if lexical is None else np.asarray(lexical, np.float32),
-        None if allowed is None else np.asarray(allowed, bool)), prep.params)
-    out = self.programs.predict(prep, x, k1=self.model.k1, k_pool=options.k_pool,
-                                max_size=options.max_size, method=self.method,
-                                rankings=(options.ranking,), first_stage=self.ann_index())[0]
-    pred = jax.tree.map(np.asarray, out)
+    pred = pipeline.predict_batched(self.prepared(options.max_size),
+                                     QueryInputs(emb, lexical, allowed), k1=self.model.k1,
+                                     k_pool=options.k_pool, max_size=options.max_size,
+                                     batch_size=bucket, method=self.method,
+                                     ranking=options.ranking, first_stage=self.ann_index(),
+                                     program=self.programs.predict)
     ids, defs = self.model.tool_ids, self.definitions
     rows = []
     for q in range(n):
