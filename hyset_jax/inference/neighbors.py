@@ -61,6 +61,13 @@ def _block(keyed_rows: jax.Array, z: jax.Array, start: jax.Array) -> jax.Array:
   return jnp.where(jnp.arange(z.shape[0])[None, :] == rows[:, None], -jnp.inf, s)
 
 
+def drop_compiled() -> None:
+  """Drop :func:`build`'s compiled block programs (one per library shape) from JAX's cache: a
+  long-running process whose library changes size (a live catalogue) would otherwise keep one
+  per size it has seen. The next :func:`build` compiles again."""
+  _block.clear_cache()
+
+
 def build(keyed: jax.Array, z: jax.Array, width: int, block: int = 1024,
           progress: bool = False) -> NeighborTable:
   """The neighbour table from ``keyed`` = Z M_M (f32[N, d]) and Z (f32[N, d]), in row blocks.

@@ -307,6 +307,21 @@ def _products(params: HysetParams) -> tuple[jax.Array, jax.Array]:
   return (z @ params.projection.T).T, jnp.einsum("nd,mde->nme", z, params.interactions)
 
 
+def drop_prepare_programs() -> None:
+  """Drop the compiled programs :func:`prepare` leaves in JAX's process-wide caches, one set per
+  tool count: its products, the neighbour table's blocks and the eager operations on [N, …]
+  arrays. They only prepare a library; the next :func:`prepare` compiles them again (once), as
+  does the first eager operation of each kind. Prediction programs are not touched. For a
+  process whose library changes size while it runs (``hyset serve``'s live catalogue)."""
+  _products.clear_cache()
+  neighbors.drop_compiled()
+  try:  # the eager operations' programs, one per operation and shape: private to JAX, hence
+    from jax._src import dispatch  # guarded (a later JAX without this cache is left as it is)
+    dispatch.xla_primitive_callable.cache_clear()
+  except (ImportError, AttributeError):
+    pass
+
+
 def prepare(params: HysetParams, *, max_size: int, k_pool: int | None = None,
             neighbor_table: bool = True, cache_dir=None, progress: bool = False,
             precision: choices.Precision = choices.DEFAULT_PRECISION) -> PreparedModel:

@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from hyset_jax.data.tooltext import definition, render_tool, schema_metadata
 from hyset_jax.errors import FieldError, UserError
+from hyset_jax.inference import pipeline
 from hyset_jax.serve.retriever import Options, Retriever, check_text
 
 log = logging.getLogger("hyset.serve")
@@ -236,25 +237,6 @@ def build_successor(retriever: Retriever, plan: Plan, embeddings: dict[str, np.n
   return successor
 
 
-def drop_prepare_programs() -> None:
-  """Drop the compiled programs :func:`hyset_jax.inference.pipeline.prepare` leaves in JAX's
-  process-wide caches, one set per tool count: its products, the neighbour table's blocks and
-  the eager operations on [N, …] arrays. They only prepare a library; a later
-  :meth:`Retriever.prepared` of the served one compiles them again (once), as does the first
-  eager operation of each kind. The prediction and encoder programs are not touched. A JAX
-  without these caches (a later version) is left as it is."""
-  from hyset_jax.inference import neighbors, pipeline
-  for jitted in (pipeline._products, neighbors._block):
-    clear = getattr(jitted, "clear_cache", None)
-    if clear is not None:
-      clear()
-  try:  # the eager operations' compiled programs, one per operation and shape
-    from jax._src import dispatch
-    dispatch.xla_primitive_callable.cache_clear()
-  except (ImportError, AttributeError):
-    pass
-
-
 @functools.cache
 def _malloc_trim():
   """glibc's ``malloc_trim``, or None (another C library, another system)."""
@@ -269,11 +251,12 @@ def _malloc_trim():
 
 def release_memory(new_shapes: bool) -> None:
   """After a swap: drop the prepare programs when the new library has new shapes
-  (:func:`drop_prepare_programs`), then hand the heap's free pages back to the system. Without
-  the trim, what an update freed (the old library, a compilation's temporaries) stays in the
-  process's resident memory as free heap, and each update can raise that high-water mark."""
+  (:func:`pipeline.drop_prepare_programs`), then hand the heap's free pages back to the
+  system. Without the trim, what an update freed (the old library, a compilation's
+  temporaries) stays in the process's resident memory as free heap, and each update can raise
+  that high-water mark."""
   if new_shapes:
-    drop_prepare_programs()
+    pipeline.drop_prepare_programs()
   trim = _malloc_trim()
   if trim is not None:
     trim(0)
