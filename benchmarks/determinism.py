@@ -7,7 +7,8 @@ after 2 and after N steps, and the test metrics' difference (R@5, COMP@5 of best
     python -m benchmarks.determinism --grads [--presets tiny]   # why: the first steps' gradients
 
 Every run is a subprocess (XLA's device count is fixed when JAX starts), one at a time. Presets:
-``tiny`` (ToolLens, its query tower and conditioned set term on), ``tiny-plain`` (both off),
+every shipped one as shipped (``bfcl``, ``toollens``, …; ``tiny``: ToolLens, its query tower
+and conditioned set term on), ``tiny-plain`` (tiny with both off),
 ``synthetic`` (hyset_jax.testing: what tests/test_sharding.py trains) and ``synthetic-extras``
 (the same with the tower and the conditioned term on). ``--set KEY=VALUE`` applies to every run
 (e.g. ``--set train.adam_eps=1e-4``). Results: benchmarks/results/determinism.json (+ .md);
@@ -31,7 +32,8 @@ RESULTS = REPO / "benchmarks" / "results"
 # name: (processes, devices per process, mesh.data, mesh.tools)
 RUNS = {"1": (1, 1, -1, 1), "2x1": (1, 2, -1, 1), "8x1": (1, 8, -1, 1), "2x4": (1, 8, 2, 4),
         "2proc": (2, 1, -1, 1)}
-PRESETS = ("tiny", "tiny-plain", "synthetic", "synthetic-extras")
+# Besides these, every shipped preset (``hyset train --config NAME``), run as shipped.
+EXTRA_PRESETS = ("tiny-plain", "synthetic", "synthetic-extras")
 EXTRAS = ["model.tower_depth=1", "model.conditioned=true", "model.conditioned_rank=8"]
 PLAIN = ["model.tower_depth=0", "model.conditioned=false"]
 METRICS = ("recall@5", "comp@5")
@@ -47,7 +49,8 @@ def preset_config(preset: str, steps: int | None, overrides: list[str]):
   if preset.startswith("synthetic"):
     base, extra = small_config(), EXTRAS if preset == "synthetic-extras" else []
   else:
-    base, extra = config_lib.load_preset("tiny"), PLAIN if preset == "tiny-plain" else []
+    base = config_lib.load_preset("tiny" if preset == "tiny-plain" else preset)
+    extra = PLAIN if preset == "tiny-plain" else []
   steps_override = [f"train.num_steps={steps}"] if steps else []
   return config_lib.validate(config_lib.apply_overrides(base, extra + steps_override + overrides))
 
@@ -140,7 +143,8 @@ def launch(preset: str, run: str, steps: int | None, overrides: list[str], out: 
     cmd = [sys.executable, str(REPO / "launch" / "local.py"), "-n", str(procs),
            "--devices-per-process", str(devices), "--"] + cmd
   t0 = time.time()
-  done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
+  done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True,
+                        timeout=4 * 3600)  # a full preset run on a loaded 2-core CPU
   if done.returncode:
     raise SystemExit(f"{preset}/{run} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
                      f"{done.stderr[-3000:]}")
@@ -289,7 +293,9 @@ def grads_report(preset: str, overrides: list[str], eps_values: list[float]) -> 
 def main(argv: list[str] | None = None) -> int:
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--steps", type=int, help="training steps (default: the preset's)")
-  p.add_argument("--presets", nargs="+", default=["tiny"], choices=PRESETS)
+  from hyset_jax import config as config_lib
+  p.add_argument("--presets", nargs="+", default=["tiny"],
+                 choices=[*config_lib.presets(), *EXTRA_PRESETS])
   p.add_argument("--runs", nargs="+", default=list(RUNS), choices=list(RUNS),
                  help="the first is the reference")
   p.add_argument("--set", dest="overrides", action="append", default=[])
