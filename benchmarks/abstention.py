@@ -38,25 +38,56 @@ SIGNALS = ("classifier", "best_set_score")
 class _Inputs:
   """One prediction pass over the relevant and irrelevant test queries, without abstention."""
 
-  def __init__(self, model, data, config):
+  def __init__(self, model, data, config, candidates: dict | None = None):
+    from hyset_jax.errors import UserError
     from hyset_jax.inference import pipeline
     from hyset_jax.model.terms.abstain import irrelevant_split, no_tool_scores
     mc, self.data, self.config, self.model = config.model, data, config, model
     self.plain = model.params._replace(abstain=None)
     self.rel_qs = data.splits[config.data.test_split]
     irr_qs = data.splits[irrelevant_split(config, config.data.test_split)]
+    row = {t: i for i, t in enumerate(model.tool_ids)}
 
-    def predict(qs):
-      return pipeline.predict_batched(self.plain, model.query_inputs(qs.embeddings, qs.texts),
-                                      k1=mc.k1, k_pool=mc.k_pool, max_size=mc.max_set_size,
+    def allowed(qs):
+      """bool[Q, N]: each request's own candidates; rows without any: no tool to offer."""
+      mask = np.zeros((len(qs.ids), len(row)), bool)
+      for i, qid in enumerate(qs.ids):
+        if qid not in candidates:
+          raise UserError(f"query {qid!r}: no candidate list in the BFCL data")
+        mask[i, [row[n] for n in candidates[qid] if n in row]] = True
+      return mask
+
+    def predict(qs, mask=None):
+      x = model.query_inputs(qs.embeddings, qs.texts)
+      if mask is not None:
+        x = x._replace(allowed=mask)
+      return pipeline.predict_batched(self.plain, x, k1=mc.k1, k_pool=mc.k_pool,
+                                      max_size=mc.max_set_size,
                                       batch_size=config.train.eval_batch_size,
                                       ranking=model.default_ranking)
-    self.rel, irr = predict(self.rel_qs), predict(irr_qs)
+    offered = np.ones(len(irr_qs.ids), bool)  # irrelevant requests offered some function
+    if candidates is None:
+      self.rel, irr = predict(self.rel_qs), predict(irr_qs)
+    else:
+      rel_mask, irr_mask = allowed(self.rel_qs), allowed(irr_qs)
+      empty = [q for q, m in zip(self.rel_qs.ids, rel_mask) if not m.any()]
+      if empty:
+        raise UserError(f"relevant query {empty[0]!r}: none of its candidate functions is in "
+                        f"the model's library")
+      # A request offered no function has no set to answer with: it abstains at every τ.
+      offered = irr_mask.any(axis=1)
+      irr_mask[~offered] = True  # (predicted over everything only to keep the shapes)
+      self.rel, irr = predict(self.rel_qs, rel_mask), predict(irr_qs, irr_mask)
     ab = model.params.abstain
+    def irrelevant(scores):
+      return np.where(offered, scores, np.inf)
     self.signal = {  # per signal: (relevant, irrelevant) "abstain" scores, higher = abstain
         "classifier": (no_tool_scores(ab, self.rel_qs.embeddings),
-                       no_tool_scores(ab, irr_qs.embeddings)) if ab is not None else None,
-        "best_set_score": (-np.asarray(self.rel.set_score), -np.asarray(irr.set_score))}
+                       irrelevant(no_tool_scores(ab, irr_qs.embeddings)))
+                      if ab is not None else None,
+        "best_set_score": (-np.asarray(self.rel.set_score),
+                           irrelevant(-np.asarray(irr.set_score)))}
+    self.unoffered = int((~offered).sum())
 
   def point(self, signal: str, tau: float | None) -> dict:
     """The numbers when the queries whose ``signal`` is ≥ ``tau`` abstain (None: none do)."""
@@ -70,21 +101,24 @@ class _Inputs:
             "relevant_abstained": float(rel_none.mean()), **{k: m[k] for k in RELEVANT}}
 
 
-def sweep(model, data, config) -> dict:
-  """Each signal's points, the point without abstention and the model's own (chosen) one."""
+def sweep(model, data, config, candidates: dict | None = None) -> dict:
+  """Each signal's points, the point without abstention and the model's own (chosen) one;
+  with ``candidates`` (query id -> its candidate function names), each request is answered
+  over its own candidates only."""
   from hyset_jax.evaluation.evaluator import evaluate_split
-  x = _Inputs(model, data, config)
+  x = _Inputs(model, data, config, candidates)
   base = x.point("best_set_score", None)
   curves = {}
   for signal in SIGNALS:
     if x.signal[signal] is None:
       continue
     irr = x.signal[signal][1]
-    taus = np.unique(np.quantile(irr, QUANTILES).astype(np.float32))
+    taus = np.unique(np.quantile(irr[np.isfinite(irr)], QUANTILES).astype(np.float32))
     curves[signal] = [x.point(signal, float(t)) for t in taus]
   chosen = None
   if model.params.abstain is not None:
     chosen = x.point("classifier", float(model.params.abstain.threshold))
+  if chosen is not None and candidates is None:  # (the prediction path has no candidates)
     real = evaluate_split(model.params, x.rel_qs, data.tool_ids, config.model,
                           config.train.eval_batch_size, ranking=model.default_ranking,
                           lexical=model.lexical)
@@ -159,9 +193,18 @@ def run(args: argparse.Namespace) -> int:
   if model.params.abstain is None:
     raise UserError(f"{args.model}: this model does not abstain (its terms: "
                     f"{', '.join(model.terms) or 'none'}); train with --set model.abstain=true")
-  result = sweep(model, data, config)
+  candidates = None
+  if args.within_candidates:
+    spec = config.data.spec
+    if spec != "bfcl" and not spec.startswith("bfcl:"):
+      raise UserError(f"--within-candidates: {args.config}'s data {spec!r} is not BFCL (only "
+                      f"BFCL poses each request with its own candidate functions)")
+    from hyset_jax.data import bfcl
+    candidates = bfcl.candidate_functions(spec[len("bfcl:"):] or None)
+  result = sweep(model, data, config, candidates)
   command = provenance.command()
   doc = {"model": str(pathlib.Path(args.model).resolve()), "spec": config.data.spec,
+         "within_candidates": candidates is not None,
          "test_queries": len(data.splits[config.data.test_split].texts),
          "irrelevant_test_requests": len(data.splits[name].texts),
          "ranking": model.default_ranking, **result}
@@ -169,7 +212,10 @@ def run(args: argparse.Namespace) -> int:
   lines = [f"{config.data.spec}: {doc['test_queries']} relevant test queries, "
            f"{doc['irrelevant_test_requests']} irrelevant test requests; model {doc['model']} "
            f"(ranking {model.default_ranking}); `{command}`. An abstained relevant query counts "
-           f"as retrieving nothing.", "",
+           f"as retrieving nothing." + (
+               " Each request is answered over its own candidate functions only (BFCL's "
+               "setting: the allow list of each request is the functions BFCL offers with it), "
+               "not over the union library." if candidates is not None else ""), "",
            "| point | τ | irrelevant abstained % | relevant abstained % | R@5 | COMP@5 | "
            "exact |", "|---|---:|---:|---:|---:|---:|---:|",
            _row("no abstention", result["without"]),
@@ -179,7 +225,8 @@ def run(args: argparse.Namespace) -> int:
            _row("best set's score F, best τ on test within 2 points (oracle)",
                 result["best_within_2_points_on_test"].get("best_set_score"))]
   out_md.write_text("\n".join(lines) + "\n")
-  plot(result, f"abstention: {config.data.spec}, test splits", out_png)
+  plot(result, f"abstention: {config.data.spec}, test splits"
+       + (", each request over its own candidates" if candidates is not None else ""), out_png)
   print("\n".join(lines))
   return 0
 
@@ -195,6 +242,10 @@ def main(argv: list[str] | None = None) -> int:
                       help="the preset whose data set (with irrelevant_* splits) to measure on")
   parser.add_argument("--out", default="benchmarks/results", metavar="DIR",
                       help="existing folder for abstention_<tag>.json, .md and .png")
+  parser.add_argument("--within-candidates", action="store_true",
+                      help="answer each BFCL request over its own candidate functions (an "
+                           "allow list per request, as BFCL poses them) instead of the union "
+                           "library")
   parser.add_argument("--force", action="store_true", help="replace existing result files")
   parser.set_defaults(func=run)
   return cli.run(parser, argv)

@@ -119,6 +119,31 @@ def test_live_relevance_stays_skipped(data):
   assert "skipped 1 category without answers: live_relevance" in "\n".join(data.notes)
 
 
+def test_candidate_functions_are_each_questions_own_list(data, raw):
+  """Every question read gets its own offered functions, in file order: the gold calls of a
+  relevant one are among them, and an irrelevance question's candidates are all in the library
+  (an empty list stays empty: nothing offered)."""
+  cands = bfcl.candidate_functions()
+  read = {q.id: q for qs in data.splits.values() for q in qs}
+  assert set(read) <= set(cands)
+  library = set(data.tools.ids)
+  for qid, gold in raw["relevant"].items():
+    assert set(gold) <= set(cands[qid]), qid
+  no_tool = [i for ids in raw["no_tool"].values() for i in ids]
+  assert all(set(cands[i]) <= library for i in no_tool)
+  first = _jsonl(_newest_files(bfcl.find_data_dir())["irrelevance"])[0]
+  assert cands[first["id"]] == tuple(f["name"] for f in first["function"])
+
+
+def test_candidate_functions_name_a_bad_entry(tmp_path):
+  (tmp_path / "BFCL_v4_simple.json").write_text(json.dumps(
+      {"id": "simple_0", "question": [[{"role": "user", "content": "q"}]],
+       "function": ["not an object"]}) + "\n")
+  with pytest.raises(UserError, match=r"BFCL_v4_simple.json:1 function\[0\]: expected a "
+                                      r"function object"):
+    bfcl.candidate_functions(str(tmp_path))
+
+
 def test_answers_for_an_irrelevance_category_are_refused(tmp_path):
   (tmp_path / "possible_answer").mkdir()
   fn = {"name": "f", "description": "d", "parameters": {"type": "dict", "properties": {}}}

@@ -170,6 +170,32 @@ def load_bfcl(path: str | None = None, name: str = "bfcl") -> Dataset:
   return Dataset(name=name, tools=tools, splits=query_splits, notes=tuple(notes))
 
 
+def candidate_functions(path: str | None = None) -> dict[str, tuple[str, ...]]:
+  """Question id -> the names of the functions BFCL offers with that question (its inline
+  ``function`` list, in order), for every question :func:`load_bfcl` reads, relevant or not.
+
+  BFCL poses each question with its own candidates; irrelevance is defined against them (all
+  wrong), not against the union library ``load_bfcl`` builds, where another category's function
+  may answer an "irrelevant" question. Used as a per-request allow list to measure in BFCL's own
+  setting (benchmarks/abstention.py ``--within-candidates``)."""
+  data_dir = os.path.expanduser(path) if path else find_data_dir()
+  out: dict[str, tuple[str, ...]] = {}
+  for question_file in _category_files(data_dir).values():
+    records = _read_questions(question_file, strict=False)
+    if records is None or not _has_functions(question_file, records):
+      continue
+    for line, record in records:
+      where = f"{question_file}:{line}"
+      names = []
+      for k, fn in enumerate(files.get_field(record, "function", list, where)):
+        if not isinstance(fn, dict):
+          raise UserError(f"{where} function[{k}]: expected a function object, found "
+                          f"{type(fn).__name__}")
+        names.append(files.get_field(fn, "name", str, f"{where} function[{k}]"))
+      out[files.get_id(record, "id", where)] = tuple(names)
+  return out
+
+
 def _plural(n: int, word: str) -> str:
   if n == 1:
     return f"1 {word}"
