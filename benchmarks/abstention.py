@@ -128,12 +128,19 @@ def sweep(model, data, config, candidates: dict | None = None) -> dict:
   for p in [q for c in curves.values() for q in c] + ([chosen] if chosen else []):
     p["recall@5_lost"] = base["recall@5"] - p["recall@5"]
     p["comp@5_lost"] = base["comp@5"] - p["comp@5"]
+  from sklearn.metrics import roc_auc_score
+  auc = {}  # how well each signal separates the two kinds of request, whatever the budget
+  for signal, pair in x.signal.items():
+    if pair is not None:
+      rel_s, irr_s = pair
+      auc[signal] = float(roc_auc_score(np.r_[np.zeros(len(rel_s)), np.ones(len(irr_s))],
+                                        np.nan_to_num(np.r_[rel_s, irr_s], posinf=1e30)))
   best = {}
   for signal, pts in curves.items():
     within = [p for p in pts if p["recall@5_lost"] <= 0.02 + 1e-9]
     best[signal] = max(within, key=lambda p: p["irrelevant_abstained"]) if within else None
   return {"without": base, "chosen": chosen, "best_within_2_points_on_test": best,
-          "curves": curves}
+          "roc_auc": auc, "curves": curves}
 
 
 def plot(result: dict, title: str, path: pathlib.Path) -> None:
@@ -224,6 +231,8 @@ def run(args: argparse.Namespace) -> int:
                 result["best_within_2_points_on_test"].get("classifier")),
            _row("best set's score F, best τ on test within 2 points (oracle)",
                 result["best_within_2_points_on_test"].get("best_set_score"))]
+  lines += ["", "ROC AUC on test (irrelevant against relevant requests): " + ", ".join(
+      f"{k} {v:.3f}" for k, v in result["roc_auc"].items())]
   out_md.write_text("\n".join(lines) + "\n")
   plot(result, f"abstention: {config.data.spec}, test splits"
        + (", each request over its own candidates" if candidates is not None else ""), out_png)
