@@ -1,13 +1,15 @@
 """``hyset eval``: score one retrieval method on one split of a data set.
 
     hyset eval --data SPEC --split NAME --method METHOD [--model DIR] [--encoder DIR] \
-        [--seed N] [--limit N] --out metrics.json [--force]
+        [--seed N] [--limit N] [--ranking R] [--precision f32|bf16] --out metrics.json [--force]
 
 METHOD: bm25, dense, fusion, hyset, linear-head, mlp-head, set-classifier, or one of the
 paper's set-level baselines: cardinality, mmr, facility-location, deepsets, set-transformer.
 
 Writes the metrics of docs/contracts.md (``hyset_jax.evaluation.metrics.evaluate``) as JSON
-and prints a one-line summary. ``--method hyset`` without ``--model`` scores the
+and prints a one-line summary; ``--precision`` (``--method hyset``; the dtype of the prepared
+products, as ``hyset predict --precision``) is recorded in the JSON as ``"precision"`` when
+given. ``--method hyset`` without ``--model`` scores the
 untrained HYSET built from the encoder's tool embeddings (P = I, M = 0), which
 ranks exactly like ``dense``: the baseline any training must beat. ``--model``
 takes a model directory or a ``hyset train`` workdir (its best/ model); a model trained on
@@ -70,6 +72,10 @@ def add_parser(subparsers: Any) -> None:
   p.add_argument("--ranking", choices=choices.RANKINGS, default=None,
                  help="--method hyset: how the shortlist is ranked (default: the model's, else "
                       f"{choices.DEFAULT_RANKING})")
+  p.add_argument("--precision", choices=choices.PRECISIONS, default=None,
+                 help="--method hyset: dtype of the prepared products P Zᵀ and Z M_m, as "
+                      f"hyset predict --precision (default {choices.DEFAULT_PRECISION}; bf16 is "
+                      "approximate: docs/speed.md); recorded in the metrics JSON when given")
   p.add_argument("--out", required=True, metavar="FILE", help="where to write the metrics JSON")
   p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
   p.set_defaults(func=run)
@@ -80,6 +86,9 @@ def _check_args(args: argparse.Namespace) -> None:
     raise UserError(f"--model is only used with --method hyset, not --method {args.method}")
   if args.ranking is not None and args.method != "hyset":
     raise UserError(f"--ranking is only used with --method hyset, not --method {args.method}")
+  if args.precision is not None and args.method != "hyset":
+    raise UserError(f"--precision is only used with --method hyset (it sets the dtype of "
+                    f"HYSET's prepared products), not --method {args.method}")
   if args.encoder is not None and args.method == "bm25":
     raise UserError("--encoder is not used by --method bm25 (it has no encoder)")
   if args.method in TRAINED_METHODS and args.split == "train":
@@ -108,8 +117,8 @@ def _load_encoder(path: str | None) -> Any:
 
 
 def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary,
-                          ranking: str | None = None, data: str = "the data set's library"
-                          ) -> Any:
+                          ranking: str | None = None, data: str = "the data set's library",
+                          precision: str = "f32") -> Any:
   """A HysetRetriever from a model directory or a training workdir's best/, carried onto the
   data's library (``data``: its spec) when that differs from the model's (hyset_jax.io.carry)."""
   from hyset_jax.io.modeldir import load_best
@@ -119,16 +128,18 @@ def _hyset_from_model_dir(path: str, encoder_dir: str | None, tools: ToolLibrary
   encoder = _load_encoder(encoder_dir if encoder_dir is not None else model.query_encoder)
   return HysetRetriever(model.params, model.tool_ids, encoder,
                         k1=model.k1, k_pool=model.k_pool, max_size=model.max_set_size,
-                        ranking=ranking or model.ranking, lexical=model.lexical)
+                        ranking=ranking or model.ranking, lexical=model.lexical,
+                        precision=precision)
 
 
 def build_retriever(method: str, tools: ToolLibrary, *, model: str | None = None,
                     encoder_dir: str | None = None, ranking: str | None = None,
                     train: Any = (), seed: int = 0, data: str = "the data set's library",
-                    validation: Any = ()) -> Any:
+                    validation: Any = (), precision: str = "f32") -> Any:
   """The retriever ``--method`` names, over the data set's tool library (``train``: the
   queries a trained baseline is fit on; ``validation``: those the set-level baselines choose
-  their settings on; ``data``: the library's spec, for messages)."""
+  their settings on; ``data``: the library's spec, for messages; ``precision``: HYSET's
+  prepared products' dtype)."""
   from hyset_jax import retrievers
   if method in TRAINED_METHODS:
     from hyset_jax.retrievers.trained import fit_baseline
@@ -137,7 +148,7 @@ def build_retriever(method: str, tools: ToolLibrary, *, model: str | None = None
   if method == "bm25":
     return retrievers.BM25Retriever(tools)
   if method == "hyset" and model is not None:
-    return _hyset_from_model_dir(model, encoder_dir, tools, ranking, data)
+    return _hyset_from_model_dir(model, encoder_dir, tools, ranking, data, precision)
   encoder = _load_encoder(encoder_dir)
   if method == "dense":
     return retrievers.DenseRetriever(tools, encoder)
@@ -146,7 +157,8 @@ def build_retriever(method: str, tools: ToolLibrary, *, model: str | None = None
     return retrievers.FusionRetriever(
         [retrievers.BM25Retriever(tools), retrievers.DenseRetriever(tools, encoder)])
   if method == "hyset":
-    return retrievers.HysetRetriever.untrained(tools, encoder, ranking=ranking)
+    return retrievers.HysetRetriever.untrained(tools, encoder, ranking=ranking,
+                                               precision=precision)
   raise UserError(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
 
 
@@ -158,7 +170,7 @@ def summary_line(method: str, data: str, split: str, metrics: dict, seconds: flo
 
 
 def run(args: argparse.Namespace) -> int:
-  from hyset_jax import io_utils
+  from hyset_jax import choices, io_utils
   from hyset_jax.data import splits
   from hyset_jax.data.specs import input_paths, load_dataset
   from hyset_jax.evaluation.metrics import evaluate
@@ -192,9 +204,13 @@ def run(args: argparse.Namespace) -> int:
     train, validation = carved.split("train"), carved.split("validation")
   retriever = build_retriever(args.method, dataset.tools, model=args.model,
                               encoder_dir=args.encoder, ranking=args.ranking, train=train,
-                              seed=args.seed, data=args.data, validation=validation)
+                              seed=args.seed, data=args.data, validation=validation,
+                              precision=args.precision or choices.DEFAULT_PRECISION)
   result = retriever.retrieve([q.text for q in queries], depth=EVAL_DEPTH)
   metrics = evaluate(result.rankings, [q.gold for q in queries], result.sets)
+  if args.precision is not None:
+    # Only when given: the default record stays the metric keys of docs/contracts.md alone.
+    metrics["precision"] = args.precision
 
   with io_utils.atomic_write(out) as f:
     f.write(json.dumps(metrics, indent=2) + "\n")

@@ -14,6 +14,9 @@ the retrieved set with each tool's name, description and input schema; ``http`` 
 streamable HTTP transport at /mcp on --host/--port. --mcp-update-tools adds a second tool,
 ``update_tools(add, remove)``, doing what POST /v1/tools does.
 
+--precision bf16 prepares the model's products in bfloat16, as hyset predict --precision does
+(approximate; every catalogue update prepares its library the same way; /healthz reports it).
+
 Catalogue updates re-index the model in memory; the model directory on disk is left as it was
 unless --persist DIR names a directory each update writes the edited model to (atomically; an
 existing directory that is not a model directory is refused at start-up).
@@ -79,6 +82,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                       "approximate index over the tools, for very large libraries; built at "
                       "start-up and cached beside the model: docs/speed.md) (default: the "
                       "model's manifest, else exact)")
+  p.add_argument("--precision", choices=choices.PRECISIONS, default=choices.DEFAULT_PRECISION,
+                 help="dtype of the prepared products P Zᵀ and Z M_m, as hyset predict "
+                      "--precision (default f32; bf16 is approximate: docs/speed.md); kept "
+                      "across catalogue updates and reported by /healthz")
   p.add_argument("--no-warm-up", dest="warm_up", action="store_false",
                  help="start without compiling every batch size first (faster start, slower "
                       "first requests)")
@@ -157,7 +164,8 @@ def run(args: argparse.Namespace) -> int:
     check_port(args.host, args.port)
   from hyset_jax.serve.retriever import load_retriever
   retriever = load_retriever(args.model, args.tools, method=args.method,
-                             max_batch=args.max_batch, first_stage=args.first_stage)
+                             max_batch=args.max_batch, first_stage=args.first_stage,
+                             precision=args.precision)
   policies = None
   if args.policies:
     from hyset_jax.serve import policies as policies_lib

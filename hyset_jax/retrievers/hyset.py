@@ -28,11 +28,13 @@ class HysetRetriever:
     ranking: a ``hyset_jax.choices.RANKINGS`` name; None: the default ranking.
     lexical: the tool texts' BM25 index (``hyset_jax.model.lexical``), needed when the params have
       the lexical term.
+    precision: the dtype of the prepared products (``hyset_jax.choices.PRECISIONS``;
+      ``hyset_jax.inference.pipeline.prepare``): ``"bf16"`` is approximate.
   """
 
   def __init__(self, params: Any, tool_ids: Sequence[str], encoder: Any, *,
                k1: int = 15, k_pool: int = 20, max_size: int | None = None,
-               ranking: str | None = None, lexical: Any = None):
+               ranking: str | None = None, lexical: Any = None, precision: str = "f32"):
     self.params = params
     self.tool_ids = tuple(tool_ids)
     self.encoder = encoder
@@ -41,6 +43,7 @@ class HysetRetriever:
     self.max_size = params.max_set_size if max_size is None else max_size
     self.ranking = ranking
     self.lexical = lexical
+    self.precision = precision
 
   @classmethod
   def untrained(cls, tools: ToolLibrary, encoder: Any, *, max_set_size: int = 5,
@@ -53,12 +56,17 @@ class HysetRetriever:
 
   def retrieve(self, queries: Sequence[str], depth: int) -> Retrieval:
     check_depth(depth)
-    from hyset_jax.inference.pipeline import predict_batched
+    from hyset_jax.inference.pipeline import predict_batched, prepare
     from hyset_jax.model.lexical import query_scores
     from hyset_jax.model.query_inputs import QueryInputs
     x = QueryInputs(embed(self.encoder, queries),
                     query_scores(self.params.lexical_weight, self.lexical, queries))
-    out = predict_batched(self.params, x, k1=self.k1, k_pool=self.k_pool,
+    model = self.params
+    if self.precision != "f32":  # predict_batched prepares θ in f32 (with this table rule)
+      n = int(self.params.tool_embeddings.shape[0])
+      model = prepare(self.params, max_size=self.max_size, k_pool=self.k_pool,
+                      neighbor_table=len(queries) * self.k1 >= n, precision=self.precision)
+    out = predict_batched(model, x, k1=self.k1, k_pool=self.k_pool,
                           max_size=self.max_size, ranking=self.ranking)
     ids = np.asarray(self.tool_ids, dtype=object)
     rankings = [ids[row[:depth]].tolist() for row in np.asarray(out.ranking)]

@@ -6,7 +6,7 @@
 ``GET /v1/tools``          the tool library: ``{"version", "count", "tools": [definition, ...]}``
 ``POST /v1/tools``         ``{"add": [definition, ...], "remove": [id, ...]}``: change the
                            library while serving (:mod:`.catalogue`; atomic, versioned)
-``GET /healthz``           ``{"status": "ok", ...}``: model sizes, batching counters
+``GET /healthz``           ``{"status": "ok", ...}``: model sizes, precision, batching counters
 ``GET /docs``              OpenAPI documentation (``/openapi.json``)
 =========================  =========================================================
 
@@ -234,6 +234,7 @@ def create_app(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: float 
     return {"status": "ok", "tools": r.num_tools, "catalogue_version": snapshot.version,
             "max_set_size": m.max_set_size, "k1": m.k1, "k_pool": m.k_pool,
             "query_encoder": m.query_encoder, "rankings": list(r.rankings),
+            "precision": r.precision,  # of the prepared products (hyset serve --precision)
             "terms": list(m.terms),  # e.g. "abstain": a request may get "set": []
             "batching": batcher.stats.as_dict()}
 

@@ -191,7 +191,8 @@ def build_server(retriever: Retriever, *, max_batch: int = 64, max_wait_ms: floa
     from starlette.responses import JSONResponse
     snapshot = catalogue.current
     return JSONResponse({"status": "ok", "tools": snapshot.retriever.num_tools,
-                         "catalogue_version": snapshot.version, "mcp_tool": TOOL_NAME})
+                         "catalogue_version": snapshot.version, "mcp_tool": TOOL_NAME,
+                         "precision": snapshot.retriever.precision})
 
   return server
 

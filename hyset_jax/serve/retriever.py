@@ -158,19 +158,24 @@ class Retriever:
       use and replaces the neighbour table; filtered requests run the exact first stage.
     programs: the compiled programs to predict with (:class:`Programs`); None: new ones.
       :meth:`with_library` passes its own to a successor of the same shapes.
+    precision: the dtype of the prepared products (:data:`choices.PRECISIONS`,
+      :func:`pipeline.prepare`); every set-size limit, and every successor a catalogue update
+      builds (:meth:`with_library`), is prepared in it.
   """
 
   def __init__(self, model, encode: Callable[[list[str]], np.ndarray], definitions: list[dict],
                *, method: str = choices.DEFAULT_METHOD, max_batch: int = 64,
                warm_texts: Sequence[str] = ("warm up",), cache_dir=None,
                sentence_encoder=None, tags: dict[str, frozenset[str]] | None = None,
-               first_stage: ann.Settings | None = None, programs: Programs | None = None):
+               first_stage: ann.Settings | None = None, programs: Programs | None = None,
+               precision: str = choices.DEFAULT_PRECISION):
     if len(definitions) != len(model.tool_ids):
       raise ValueError("one definition per tool expected")
     self.model = model
     self.encode = encode
     self.definitions = definitions
     self.method = method
+    self.precision = choices.check("precision", precision, choices.PRECISIONS)
     self.max_batch = max_batch
     # The manifest's ranking (the oldest directories have none: greedy).
     self.default_ranking = model.default_ranking
@@ -224,7 +229,8 @@ class Retriever:
     return Retriever(model, self.encode, definitions, method=self.method,
                      max_batch=self.max_batch, warm_texts=self.warm_texts, cache_dir=None,
                      sentence_encoder=self.sentence_encoder, tags=self.tags,
-                     first_stage=self.first_stage, programs=self.programs if same else None)
+                     first_stage=self.first_stage, programs=self.programs if same else None,
+                     precision=self.precision)
 
   @property
   def prepared_sizes(self) -> tuple[int, ...]:
@@ -264,7 +270,8 @@ class Retriever:
     if max_size not in self._prepared:
       self._prepared[max_size] = pipeline.prepare(
           self.model.params, max_size=max_size, k_pool=self.model.k_pool,
-          cache_dir=self.cache_dir, neighbor_table=self.ann_index() is None)
+          cache_dir=self.cache_dir, neighbor_table=self.ann_index() is None,
+          precision=self.precision)
     return self._prepared[max_size]
 
   def ann_index(self) -> ann.Index | None:
@@ -375,14 +382,17 @@ class Retriever:
 def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *,
                    method: str = choices.DEFAULT_METHOD,
                    max_batch: int = 64, log=lambda msg: print(msg, file=sys.stderr),
-                   first_stage: str | None = None) -> Retriever:
+                   first_stage: str | None = None,
+                   precision: str = choices.DEFAULT_PRECISION) -> Retriever:
   """A Retriever for a model directory (or `hyset train` workdir) and its query encoder.
-  ``first_stage``: ``"exact"`` or ``"ann"`` (None: what the model's manifest records)."""
+  ``first_stage``: ``"exact"`` or ``"ann"`` (None: what the model's manifest records);
+  ``precision``: the prepared products' dtype (:class:`Retriever`)."""
   from hyset_jax.encoder import load_query_encoder
   from hyset_jax.io.modeldir import load_best
   from hyset_jax.inference import neighbors
   from hyset_jax.io.modeldir import data_spec
 
+  choices.check("precision", precision, choices.PRECISIONS)  # before seconds of loading
   source, model = load_best(model_path)
   if not tool_specs:
     spec = data_spec(source, None)
@@ -393,7 +403,7 @@ def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *,
                     f"so text queries cannot be embedded; serve a model trained with an encoder")
   encoder = load_query_encoder(model.query_encoder, int(model.params.projection.shape[0]))
   log(f"model {source}: {len(model.tool_ids)} tools, max_set_size {model.max_set_size}, "
-      f"k1 {model.k1}, k_pool {model.k_pool}; {where}")
+      f"k1 {model.k1}, k_pool {model.k_pool}, precision {precision}; {where}")
 
   def encode(texts: list[str]) -> np.ndarray:
     # Fixed 8-row encoder batches: the encoder compiles one program per (rows, length) bucket,
@@ -405,4 +415,5 @@ def load_retriever(model_path: str, tool_specs: Sequence[str] = (), *,
   return Retriever(model, encode, definitions, method=method, max_batch=max_batch,
                    warm_texts=[t for t in warm for _ in range(ENCODER_ROWS)],
                    cache_dir=neighbors.cache_dir_beside(source), sentence_encoder=encoder,
-                   tags=tags, first_stage=ann.settings(model.first_stage, first_stage))
+                   tags=tags, first_stage=ann.settings(model.first_stage, first_stage),
+                   precision=precision)
