@@ -8,6 +8,8 @@
       --hnsw-m 48 --ef-construction 200 --ef-search 1024 2048 \
       --expansion lowrank index --cache /tmp/ann/cache  # a denser graph, both expansions
   python -m benchmarks.ann_first_stage --index ivf --nlist 4096 --nprobe 128 256 512
+  python -m benchmarks.ann_first_stage --libraries real --sizes 1000000 --index ivf_sq8 \
+      --nprobe 128 256 384 --expansion lowrank --cache /tmp/ann/cache  # 8-bit IVF lists
 
 Libraries (d = 256 for the synthetic one: at 10⁶ tools Z, P Zᵀ and Z M_m already take 1 + 1 +
 4 GB at M = 5; the paper's d_z = 768 would need three times that):
@@ -30,7 +32,8 @@ Libraries (d = 256 for the synthetic one: at 10⁶ tools Z, P Zᵀ and Z M_m alr
   same with λ ~ U(0.5, 1), mostly near one real tool (a fifth of them within cosine 0.99 of
   it: near-duplicates, the hardest case for "the same best set").
 
-For each (library, N): the index build time (faiss HNSW or IVF, the settings printed); for each
+For each (library, N): the index build time (faiss HNSW, IVF-Flat or IVF-SQ8, the settings
+printed); for each
 search setting (efSearch or nprobe × the expansion's: index searches with their effort and W, or
 the low-rank scan with its rank and candidate count), over the
 queries, against the exact path (``predict_batched`` without the index: stage 1 scans every
@@ -266,7 +269,7 @@ def measure(library: str, n: int, args, log=print, real=None) -> list[dict]:
   exact_s = time.perf_counter() - start
   log(f"  exact path over {len(queries)} queries: {exact_s:.0f} s")
   rows, timed = [], {}
-  ivf = settings.index == "ivf"
+  ivf = settings.index in ann.IVF_INDEXES
   expansions = [("lowrank", exp, w) if kind == "lowrank" else ("index", exp, w)
                 for kind in args.expansion
                 for exp, w in itertools.product(
@@ -327,8 +330,10 @@ def _fmt_ms(t: dict | None, key: str) -> str:
 
 
 def _index_label(r: dict) -> str:
-  if r.get("index") == "ivf":
-    label = f"IVF {r['nlist']} / {r['nprobe']}"
+  from hyset_jax.inference import ann
+  if r.get("index") in ann.IVF_INDEXES:
+    codes = "-SQ8" if r["index"] == "ivf_sq8" else ""
+    label = f"IVF{codes} {r['nlist']} / {r['nprobe']}"
   else:
     codes = " sq8" if r.get("index", "hnsw_sq8") == "hnsw_sq8" else ""
     label = f"HNSW{codes} {r['hnsw_m']} / {r['ef_construction']} / {r['ef_search']}"
@@ -394,7 +399,8 @@ def plot(rows: list[dict], path: pathlib.Path) -> None:
       m = r["ms_per_query"].get(f"stage1_b{b}")
       if m:
         labels.append(f"{r['library'][:5]} {r['num_tools'] // 1000}k\n"
-                      f"{'np' if r.get('index') == 'ivf' else 'ef'}{r['effort']} b{b}")
+                      f"{'ef' if r.get('index', 'hnsw').startswith('hnsw') else 'np'}"
+                      f"{r['effort']} b{b}")
         exact_ms.append(m["exact_ms"])
         ann_ms.append(m["ann_ms"])
   x = np.arange(len(labels))
@@ -412,6 +418,7 @@ def plot(rows: list[dict], path: pathlib.Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
   from hyset_jax import cli
+  from hyset_jax.inference import ann
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--libraries", nargs="+", default=["synthetic", "real"],
@@ -420,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
   p.add_argument("--queries", type=int, default=500, help="queries per library (default 500)")
   p.add_argument("--dim", type=int, default=256, help="d of the synthetic libraries")
   p.add_argument("--max-size", type=int, default=5, help="M of the synthetic model")
-  p.add_argument("--index", default="hnsw_sq8", choices=("hnsw_sq8", "hnsw", "ivf", "flat"))
+  p.add_argument("--index", default="hnsw_sq8", choices=ann.INDEXES)
   p.add_argument("--hnsw-m", type=int, default=32)
   p.add_argument("--ef-construction", type=int, default=40)
   p.add_argument("--ef-search", type=int, nargs="+", default=[512],
@@ -456,7 +463,8 @@ def run(args: argparse.Namespace) -> int:
   if args.quick:
     args.sizes, args.queries, args.repeats = [20_000], min(args.queries, 100), 2
   if args.time_ef is None:
-    args.time_ef = args.nprobe if args.index == "ivf" else args.ef_search
+    from hyset_jax.inference import ann
+    args.time_ef = args.nprobe if args.index in ann.IVF_INDEXES else args.ef_search
   command = provenance.command()
   real = real_embeddings() if any(x.startswith("real") for x in args.libraries) else None
   rows: list[dict] = []

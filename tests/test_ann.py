@@ -89,6 +89,35 @@ def test_ivf_recall_and_best_sets():
   assert_same(*both(params, queries(params, q=16), full))
 
 
+def test_ivf_sq8_codes_choose_candidates_and_floats_score_them():
+  params = random_params(n=3000)
+  z = np.asarray(params.tool_embeddings)
+  settings = ann.Settings(index="ivf_sq8", nlist=32, nprobe=16, candidates=32, neighbors=16)
+  assert settings.effort() == 16 and "SQ8" in settings.describe()
+  index = ann.build(z, settings)
+  assert index.index.nlist == 32 and index.index.ntotal == 3000
+  assert index.index.code_size == D  # one byte per dimension: a quarter of the floats
+  exact, approx = both(params, queries(params, q=64), index)
+  recall = np.mean([len(set(a) & set(e)) / K for a, e in zip(approx.shortlist, exact.shortlist)])
+  assert recall >= 0.99
+  same = np.mean([sorted(a) == sorted(e) for a, e in zip(approx.set_tools, exact.set_tools)])
+  assert same >= 0.98
+  # The codes' scores are approximate, the shortlist's ℓ is the float q̃ᵀz_t of Z's rows.
+  x = queries(params, q=16)
+  qt = x @ np.asarray(params.projection)
+  codes, ids = index.index.search(qt, 8)
+  floats = np.take_along_axis(qt @ z.T, ids, axis=1)
+  assert np.max(np.abs(codes - floats)) > 1e-4
+  prep = pipeline.prepare(params, max_size=M, k_pool=K)
+  s1 = ann.stage1(index, prep, x, K1, K)
+  np.testing.assert_allclose(s1.logits, np.take_along_axis(qt @ z.T, np.asarray(s1.s0), 1),
+                             rtol=1e-6, atol=1e-6)
+  # Every list probed and every tool a candidate: the exact answers, whatever the codes.
+  full = ann.Index(index.index, dataclasses.replace(settings, nprobe=32, candidates=3000),
+                   3000, D)
+  assert_same(*both(params, x, full))
+
+
 def test_ivf_small_library_gets_fewer_lists():
   z = clustered(200, D, 0)
   index = ann.build(z, ann.Settings(index="ivf"))  # nlist 4096 asked, 200 // 40 = 5 made
@@ -167,8 +196,10 @@ def test_lowrank_factor_is_kept_per_interaction_matrix():
   assert len(index._factors) == 2
   with pytest.raises(ValueError, match="Z"):
     ann.Index(index.index, index.settings, N, D).lowrank_factor(m3)
-  with pytest.raises(ValueError, match="expansion"):
+  with pytest.raises(ValueError, match="'expansion'.*'graph'"):
     ann.build(params.tool_embeddings, ann.Settings(expansion="graph"))
+  with pytest.raises(ValueError, match="'index'.*ivf_sq8.*'ivf_pq'"):
+    ann.build(params.tool_embeddings, ann.Settings(index="ivf_pq"))
 
 
 def test_untrained_model_is_the_dense_retriever():
@@ -250,6 +281,13 @@ def test_cache_reads_what_it_wrote_and_rebuilds_a_bad_file(tmp_path):
   np.testing.assert_array_equal(read.search(x, 10, expansion=True), built.search(x, 10))
   ann.load_or_build(z, dataclasses.replace(ivf, nlist=8), tmp_path)
   assert len(list(tmp_path.glob("ann-*.faiss"))) == 5
+  # IVF-SQ8: its own file beside IVF-Flat's of the same nlist, read back as 8-bit codes.
+  sq8 = dataclasses.replace(ivf, index="ivf_sq8")
+  built = ann.load_or_build(z, sq8, tmp_path)
+  assert built.build_s is not None and len(list(tmp_path.glob("ann-*.faiss"))) == 6
+  read = ann.load_or_build(z, dataclasses.replace(sq8, nprobe=4, candidates=9), tmp_path)
+  assert read.build_s is None and read.index.nlist == 4 and read.index.code_size == D
+  np.testing.assert_array_equal(read.search(x, 10), built.search(x, 10))
 
 
 def test_settings_match_the_manifest_parameters():
@@ -311,6 +349,20 @@ def test_per_model_opt_in_through_the_manifest_and_the_flag(tmp_path):
   assert code == 0 and len(rows) == 6 and list((tmp_path / "plain.cache").glob("ann-*.faiss"))
 
 
+def test_ivf_sq8_through_the_manifest(tmp_path):
+  # 60 tools: one list, every tool a candidate — the exact answers from the 8-bit index.
+  model = tmp_path / "model"
+  params = save_model(model, {"kind": "ann", "index": "ivf_sq8", "nprobe": 8})
+  assert modeldir.load_model_dir(model).first_stage == {"kind": "ann", "index": "ivf_sq8",
+                                                        "nprobe": 8}
+  np.save(tmp_path / "q.npy", queries(params, q=6))
+  code, exact = predict(tmp_path, model, "--first-stage", "exact")
+  assert code == 0
+  code, approx = predict(tmp_path, model)
+  assert code == 0 and len(list((tmp_path / "model.cache").glob("ann-*.faiss"))) == 1
+  same_rows(approx, exact)
+
+
 @pytest.mark.parametrize("value,needle", [
     ("fast", "first_stage"),
     (5, "first_stage"),
@@ -321,6 +373,8 @@ def test_per_model_opt_in_through_the_manifest_and_the_flag(tmp_path):
     ({"kind": "ann", "index": "ivfpq"}, "'index' is 'ivfpq'"),
     ({"kind": "ann", "nbits": 4}, "unknown parameter(s) 'nbits'"),
     ({"kind": "ann", "nprobe": 0}, "'nprobe' must be an integer ≥ 1"),
+    ({"kind": "ann", "index": "ivf_sq8", "nprobe": 0}, "'nprobe' must be an integer ≥ 1"),
+    ({"kind": "ann", "index": "ivf_sq8", "nlist": "4k"}, "'nlist' must be an integer"),
     ({"kind": "ann", "expansion_effort": -1}, "'expansion_effort' must be an integer ≥ 0"),
     ({"kind": "ann", "expansion": "graph"}, "'expansion' is 'graph'"),
     ({"kind": "ann", "expansion_rank": 0}, "'expansion_rank' must be an integer ≥ 1"),

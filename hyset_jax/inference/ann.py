@@ -46,7 +46,9 @@ Why faiss (faiss-cpu): measured at N = 10⁵ on this project's 2-core CPU (docs/
 HNSW built the graph fastest of faiss, hnswlib and usearch (87 s against 124 s and 220 s, d = 256,
 M = 32) at the same recall per search effort, and the one package also gives the exact scan
 (``flat``) the tests compare with, IVF (``ivf``: measured against HNSW in
-benchmarks/ann_first_stage.py, docs/speed.md) and a documented serialisation.
+benchmarks/ann_first_stage.py, docs/speed.md), IVF over 8-bit codes (``ivf_sq8``: the same
+lists, a quarter of the bytes per probe; at 10⁶ real + distractor tools ``ivf``'s quality
+with stage 1 15.7× faster than the exact one at batch 1) and a documented serialisation.
 
 The index is built once per (Z, index parameters) and cached like the neighbour table, keyed
 by a hash of Z (:func:`load_or_build`, in :func:`neighbors.cache_dir_beside`'s folder).
@@ -70,7 +72,9 @@ from hyset_jax.model import scoring
 
 # Bump when what an index file holds changes for the same Z and parameters.
 INDEX_VERSION = 1
-INDEXES = ("hnsw_sq8", "hnsw", "ivf", "flat")
+INDEXES = ("hnsw_sq8", "hnsw", "ivf", "ivf_sq8", "flat")
+# The IVF indexes (searched with nprobe; nlist k-means lists).
+IVF_INDEXES = ("ivf", "ivf_sq8")
 # Rows the 8-bit scalar quantiser's ranges are trained on (a seeded sample of Z).
 SQ_TRAIN_ROWS = 100_000
 # IVF: k-means over a seeded sample of IVF_TRAIN_PER_LIST rows per list (faiss's advice: 30-256),
@@ -94,7 +98,10 @@ class Settings:
       recall, measured; the candidates are rescored exactly anyway), ``"hnsw"`` (IndexHNSWFlat,
       full floats), ``"ivf"`` (IndexIVFFlat: Z's rows in ``nlist`` k-means lists, a search
       scans the ``nprobe`` lists whose centroids have the largest inner product with the
-      query, full floats) or ``"flat"`` (IndexFlatIP: an exact scan, for checking and small
+      query, full floats), ``"ivf_sq8"`` (IndexIVFScalarQuantizer: the same lists over 8-bit
+      codes of each row's residual from its list's centroid — a quarter of the bytes a probe
+      reads; the ``candidates`` it returns are re-scored exactly from Z's rows, as every
+      index's are) or ``"flat"`` (IndexFlatIP: an exact scan, for checking and small
       libraries).
     hnsw_m: HNSW graph degree M (links per node; memory N·M·8 bytes beside Z's copy).
     ef_construction: HNSW build effort (larger: better graph, slower build).
@@ -132,25 +139,26 @@ class Settings:
     """What decides the built index (the search parameters do not)."""
     if self.index == "flat":
       return "flat"
-    if self.index == "ivf":
-      return f"ivf/nlist{self.nlist}/iter{IVF_TRAIN_ITERATIONS}x{IVF_TRAIN_PER_LIST}"
+    if self.index in IVF_INDEXES:
+      return f"{self.index}/nlist{self.nlist}/iter{IVF_TRAIN_ITERATIONS}x{IVF_TRAIN_PER_LIST}"
     return f"{self.index}/m{self.hnsw_m}/efc{self.ef_construction}"
 
   def effort(self, expansion: bool = False) -> int:
     """The search effort (efSearch or nprobe) of stage 1's searches or the expansion's."""
-    first = self.nprobe if self.index == "ivf" else self.ef_search
+    first = self.nprobe if self.index in IVF_INDEXES else self.ef_search
     return self.expansion_effort if expansion and self.expansion_effort else first
 
   def describe(self) -> str:
-    ext = (f", expansion {'nprobe' if self.index == 'ivf' else 'efSearch'}="
+    ext = (f", expansion {'nprobe' if self.index in IVF_INDEXES else 'efSearch'}="
            f"{self.expansion_effort}" if self.expansion_effort else "")
     if self.expansion == "lowrank":
       ext = (f", expansion by a rank-{self.expansion_rank} scan of M_M's factor "
              f"({self.expansion_candidates} candidates)")
     if self.index == "flat":
       return "flat (exact inner-product scan)" + ext
-    if self.index == "ivf":
-      return f"IVF-Flat, nlist={self.nlist}, nprobe={self.nprobe}{ext}"
+    if self.index in IVF_INDEXES:
+      codes = "SQ8 (8-bit residual codes)" if self.index == "ivf_sq8" else "Flat"
+      return f"IVF-{codes}, nlist={self.nlist}, nprobe={self.nprobe}{ext}"
     codes = ", 8-bit codes" if self.index == "hnsw_sq8" else ""
     return (f"HNSW{codes}, M={self.hnsw_m}, efConstruction={self.ef_construction}, "
             f"efSearch={self.ef_search}{ext}")
@@ -252,8 +260,14 @@ class Index:
     flat = np.ascontiguousarray(x.reshape(-1, self.dim))
     kk = min(k, self.num_tools)
     effort = self.settings.effort(expansion)
-    if self.settings.index == "ivf":
+    if self.settings.index in IVF_INDEXES:
       import faiss
+      # Fewer vectors than faiss's threads (batch 1): each vector's lists split over the
+      # threads (parallel_mode 1; measured at N = 10⁶, nprobe 256, 2 cores: 5.2 -> 2.9 ms per
+      # query with 8-bit codes, 8.3 -> 5.5 ms with floats), else the vectors do (0). A
+      # runtime field, not in the file; a concurrent search setting it otherwise only costs
+      # speed.
+      self.index.parallel_mode = 1 if len(flat) < faiss.omp_get_max_threads() else 0
       _, ids = self.index.search(flat, kk, params=faiss.SearchParametersIVF(nprobe=effort))
     elif self.settings.index != "flat":
       import faiss
@@ -272,9 +286,16 @@ def _new_index(settings: Settings, z: np.ndarray):
   dim = z.shape[1]
   if settings.index == "flat":
     return faiss.IndexFlatIP(dim)
-  if settings.index == "ivf":
+  if settings.index in IVF_INDEXES:
     nlist = max(1, min(settings.nlist, len(z) // IVF_TRAIN_PER_LIST))
-    index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+    if settings.index == "ivf":
+      index = faiss.IndexIVFFlat(faiss.IndexFlatIP(dim), dim, nlist, faiss.METRIC_INNER_PRODUCT)
+    else:  # the same k-means lists (same sample and seed); per-dimension 8-bit ranges
+      # trained on the sample's residuals (a row's code is its residual from its centroid:
+      # at N = 10⁶ as fast as codes of the rows themselves, measured, and finer)
+      index = faiss.IndexIVFScalarQuantizer(faiss.IndexFlatIP(dim), dim, nlist,
+                                            faiss.ScalarQuantizer.QT_8bit,
+                                            faiss.METRIC_INNER_PRODUCT, True)
     index.cp.niter = IVF_TRAIN_ITERATIONS
     index.cp.seed = 1234
     rows = np.random.default_rng(0).permutation(len(z))[:nlist * IVF_TRAIN_PER_LIST]
@@ -295,9 +316,10 @@ def build(z: np.ndarray, settings: Settings, progress: bool = False) -> Index:
   """The index over ``z`` (f32[N, d], unit rows), added in chunks of :data:`BUILD_CHUNK` rows
   (a progress bar with ``progress``)."""
   if settings.index not in INDEXES:
-    raise ValueError(f"ANN index must be one of {', '.join(INDEXES)}, got {settings.index!r}")
+    raise ValueError(f"ANN parameter 'index' must be one of {', '.join(INDEXES)}, got "
+                     f"{settings.index!r}")
   if settings.expansion not in EXPANSIONS:
-    raise ValueError(f"ANN expansion must be one of {', '.join(EXPANSIONS)}, got "
+    raise ValueError(f"ANN parameter 'expansion' must be one of {', '.join(EXPANSIONS)}, got "
                      f"{settings.expansion!r}")
   z = np.ascontiguousarray(np.asarray(z, np.float32))
   n, dim = z.shape

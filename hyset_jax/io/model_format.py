@@ -63,7 +63,7 @@ LEXICAL_TOKENIZER = "hyset-bm25/1"
 # into the approximate first stage of hyset_jax/inference/ann.py. Each parameter: its allowed
 # values (a tuple of strings) or its least integer value; absent ones take ann.Settings' defaults.
 FIRST_STAGE_KINDS = ("exact", "ann")
-FIRST_STAGE_PARAMETERS = {"index": ("hnsw_sq8", "hnsw", "ivf", "flat"), "hnsw_m": 2,
+FIRST_STAGE_PARAMETERS = {"index": ("hnsw_sq8", "hnsw", "ivf", "ivf_sq8", "flat"), "hnsw_m": 2,
                           "ef_construction": 1, "ef_search": 1, "nlist": 1, "nprobe": 1,
                           "expansion_effort": 0, "candidates": 1, "neighbors": 1,
                           "expansion": ("index", "lowrank"), "expansion_rank": 1,
