@@ -70,6 +70,20 @@ def retriever(model_dir, library):
   return load_retriever(str(model_dir), [f"mcp:{library}"], max_batch=8, log=lambda _: None)
 
 
+def predict_rows(tmp_path: pathlib.Path, model: pathlib.Path, texts: list[str],
+                 *extra: str) -> list[dict]:
+  """``hyset predict --queries`` of ``texts`` on the model directory ``model``: its lines, the
+  answers a served model is compared with."""
+  from hyset_jax import cli
+  queries = tmp_path / "q.jsonl"
+  queries.write_text("".join(json.dumps({"_id": f"q{i}", "text": t}) + "\n"
+                             for i, t in enumerate(texts)))
+  out = tmp_path / "pred.jsonl"
+  assert cli.main(["predict", "--model", str(model), "--queries", str(queries),
+                   "--out", str(out), "--force", *extra]) == 0
+  return [json.loads(line) for line in out.read_text().splitlines()]
+
+
 def write_library(path: pathlib.Path, n: int = 40) -> pathlib.Path:
   """An MCP tools/list result naming the model's tools t0..t{n-1}."""
   tools = [{"name": f"t{i}", "description": f"Tool number {i}.",

@@ -23,17 +23,6 @@ FLIGHT = {"id": "book_flight", "name": "book_flight",
           "parameters": {"type": "object", "properties": {"from": {"type": "string"}}}}
 
 
-def predict_rows(tmp_path, model, texts, *extra):
-  """``hyset predict --queries`` of ``texts`` on ``model``: its lines."""
-  queries = tmp_path / "q.jsonl"
-  queries.write_text("".join(json.dumps({"_id": f"q{i}", "text": t}) + "\n"
-                             for i, t in enumerate(texts)))
-  out = tmp_path / "pred.jsonl"
-  assert cli.main(["predict", "--model", str(model), "--queries", str(queries),
-                   "--out", str(out), "--force", *extra]) == 0
-  return [json.loads(line) for line in out.read_text().splitlines()]
-
-
 def assert_same(served, predicted):
   """The same sets, rankings and shortlists; scores to bf16's rounding. The server encodes in
   8-row batches, predict in its own: embeddings that differ in the last f32 bits can round to
@@ -75,12 +64,12 @@ def test_serve_bf16_answers_as_predict_bf16_and_keeps_it_across_an_update(
   assert seen["health_after"]["tools"] == 41
   assert seen["dtypes"] == {str(jnp.dtype(jnp.bfloat16))}
   assert any(len(row["set"]) > 1 for row in seen["before"])  # trained: sets, not single tools
-  assert_same(seen["before"], predict_rows(tmp_path, model_dir, serving.QUERIES,
-                                           "--precision", "bf16"))
+  assert_same(seen["before"], serving.predict_rows(tmp_path, model_dir, serving.QUERIES,
+                                                   "--precision", "bf16"))
   # After the update: the answers of `hyset predict --precision bf16` on the edited model the
   # server wrote (--persist), i.e. the update was prepared in bf16 too.
-  assert_same(seen["after"], predict_rows(tmp_path, live, serving.QUERIES,
-                                          "--precision", "bf16"))
+  assert_same(seen["after"], serving.predict_rows(tmp_path, live, serving.QUERIES,
+                                                  "--precision", "bf16"))
 
 
 def test_eval_bf16_scores_close_to_f32_and_records_it(tmp_path, model_dir, shared_data):

@@ -26,16 +26,6 @@ def client(retriever):
     yield c
 
 
-def predict_rows(tmp_path, model_dir, texts, *extra):
-  queries = tmp_path / "q.jsonl"
-  queries.write_text("".join(json.dumps({"_id": f"q{i}", "text": t}) + "\n"
-                             for i, t in enumerate(texts)))
-  out = tmp_path / "pred.jsonl"
-  assert cli.main(["predict", "--model", str(model_dir), "--queries", str(queries),
-                   "--out", str(out), "--force", *extra]) == 0
-  return [json.loads(line) for line in out.read_text().splitlines()]
-
-
 def assert_same(served, predicted):
   assert len(served) == len(predicted)
   for s, p in zip(served, predicted):
@@ -49,7 +39,7 @@ def test_retrieve_gives_the_values_of_predict(tmp_path, client, model_dir):
   r = client.post("/v1/retrieve", json={"queries": serving.QUERIES})
   assert r.status_code == 200, r.text
   served = r.json()["results"]
-  assert_same(served, predict_rows(tmp_path, model_dir, serving.QUERIES))
+  assert_same(served, serving.predict_rows(tmp_path, model_dir, serving.QUERIES))
   # The model really is trained: its interaction matrices are not the zero start.
   assert any(len(row["set"]) > 1 for row in served)
   # Each set member comes with its definition from the library.
@@ -68,8 +58,8 @@ def test_per_request_options_match_predict_flags(tmp_path, client, model_dir):
   assert r.status_code == 200, r.text
   served = r.json()["results"]
   assert all(len(row["set"]) <= 2 and len(row["shortlist"]) == 6 for row in served)
-  assert_same(served, predict_rows(tmp_path, model_dir, serving.QUERIES, "--max-size", "2",
-                                   "--k-pool", "6", "--ranking", RANKINGS[0]))
+  assert_same(served, serving.predict_rows(tmp_path, model_dir, serving.QUERIES, "--max-size",
+                                           "2", "--k-pool", "6", "--ranking", RANKINGS[0]))
 
 
 @pytest.mark.parametrize("body,status,field", [
@@ -342,7 +332,7 @@ def test_tools_add_and_remove(tmp_path, model_dir, capsys):
   expected = emb / np.linalg.norm(emb, axis=1, keepdims=True)
   np.testing.assert_allclose(new.params.tool_embeddings[40:], expected, atol=1e-5)
   # The added tool is retrievable: a query worded like it puts it first by ℓ.
-  rows = predict_rows(tmp_path, out, ["Book a flight between two airports."])
+  rows = serving.predict_rows(tmp_path, out, ["Book a flight between two airports."])
   assert rows[0]["shortlist"][0] == "book_flight" and "book_flight" in rows[0]["set"]
 
   capsys.readouterr()
@@ -412,7 +402,7 @@ def test_a_model_with_a_seen_set_prior_serves_what_predict_writes(tmp_path, mode
   with pytest.raises(FieldError, match="must be one of logit, set-first, set-mean, set-max"):
     served.options(ranking="greedy")
   rows = served.predict(emb, served.defaults)
-  assert_same(rows, predict_rows(tmp_path, tmp_path / "prior", serving.QUERIES))
+  assert_same(rows, serving.predict_rows(tmp_path, tmp_path / "prior", serving.QUERIES))
   assert sum(r["set"] != p["set"] for r, p in zip(rows, plain)) >= len(rows) // 2
   assert np.mean([sorted(r["set"]) == sorted(p["shortlist"][1:3])
                   for r, p in zip(rows, plain)]) > 0.5
