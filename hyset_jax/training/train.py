@@ -183,6 +183,14 @@ def pool_keyed(z: jax.Array, interactions: jax.Array, members: jax.Array, card: 
   return jnp.where(used[..., None], out[slot], 0.0)
 
 
+def keyed_pools(num_tools: int, tool_dim: int, num_matrices: int, members_shape) -> bool:
+  """Whether :func:`pool_scores` takes :func:`pool_keyed` (Z M_m per (card, tool) pair of the
+  batch, in a loop of data-dependent length) rather than ``set_scores``' "gram" order, which its
+  "auto" picks for small libraries: K·N² > 2·B·C·m·d. ``members_shape``: (B, C, m)."""
+  b, c, m = members_shape
+  return num_matrices * num_tools * num_tools > 2 * b * c * m * tool_dim
+
+
 def pool_scores(params: scoring.HysetParams, query: jax.Array, members: jax.Array,
                 mask: jax.Array) -> jax.Array:
   """``scoring.set_scores`` of the training pools, f32[B, C] (same arguments): its "gather"
@@ -192,7 +200,7 @@ def pool_scores(params: scoring.HysetParams, query: jax.Array, members: jax.Arra
   n, d = z.shape
   b, c, m = members.shape
   k = params.interactions.shape[0]
-  if k * n * n <= 2 * b * c * m * d:                 # set_scores's "auto" picks "gram" here
+  if not keyed_pools(n, d, k, members.shape):         # set_scores's "auto" picks "gram" here
     return scoring.set_scores(params, query, members, mask, "gram")
   size = jnp.sum(mask, axis=-1)                                      # [B, C]
   card = jnp.clip(size - 2, 0, k - 1)
