@@ -1,7 +1,8 @@
 """How far training depends on the device and process count: the same run on 1 device, on 2 and
 8 (fake CPU) devices as meshes (2, 1), (8, 1) and (2, 4), and as 2 processes of 1 device
 (launch/local.py over 127.0.0.1); per θ leaf the largest |difference| from the 1-device run
-after 2 and after N steps, and the test metrics' difference (R@5, COMP@5 of best/).
+after 2 steps and where the run ended (after N steps, or at an early stop: both steps are
+reported), and the test metrics' difference (R@5, COMP@5 of best/ and final/).
 
     python -m benchmarks.determinism [--steps N] [--presets tiny synthetic ...] [--runs ...]
     python -m benchmarks.determinism --grads [--presets tiny]   # why: the first steps' gradients
@@ -90,6 +91,7 @@ def worker(args) -> int:
   config = preset_config(args.preset, args.steps, args.overrides)
   data = preset_data(args.preset, config)
   dumps: dict[str, np.ndarray] = {}
+  last = [None]
   compile_step = step_cost.compile_step
 
   # The loop's compiled step, wrapped to copy θ out after the steps we compare; it calls the
@@ -101,6 +103,7 @@ def worker(args) -> int:
     def step(state, batch):
       state, parts = step_fn(state, batch)
       done[0] += 1
+      last[0] = state  # the next step donates it; the last one is θ where the run ended
       if done[0] in args.dump:
         for name, x in leaf_dict(sharding.to_host(state.theta)).items():  # every process
           dumps[f"{done[0]}:{name}"] = x
@@ -109,6 +112,9 @@ def worker(args) -> int:
   step_cost.compile_step = compile_and_watch
   # One workdir for every rank: a multi-process run checkpoints and exports into one place.
   summary = train.train_and_evaluate(config, args.out + "-work", data=data, progress=False)
+  # θ where the run ended: the last step, or an early stop's (a preset with patience).
+  for name, x in leaf_dict(sharding.to_host(last[0].theta)).items():
+    dumps[f"final:{name}"] = x
   if jax.process_index() == 0:
     # best/ is what `hyset eval` reads; final/ (θ after the last step) shows the drift best/
     # may hide when validation keeps an early step.
@@ -151,7 +157,8 @@ def launch(preset: str, run: str, steps: int | None, overrides: list[str], out: 
   return time.time() - t0
 
 
-def compare(ref: dict, other: dict, step: int) -> dict[str, float]:
+def compare(ref: dict, other: dict, step: int | str) -> dict[str, float]:
+  """Largest |Δ| per θ leaf between two runs' dumps after ``step`` (a step, or "final")."""
   prefix = f"{step}:"
   return {k[len(prefix):]: float(np.max(np.abs(ref[k] - other[k])))
           for k in sorted(ref) if k.startswith(prefix)}
@@ -176,9 +183,14 @@ def measure(args) -> dict:
       ref_params, ref = got[args.runs[0]]
       for run in args.runs[1:]:
         params, res = got[run]
+        # θ where each run ended ("final:", an early stop's too); runs kept from before that
+        # dump have θ after the last configured step only.
+        final = "final" if all(any(k.startswith("final:") for k in p)
+                               for p in (ref_params, params)) else steps
         row = {"preset": preset, "steps": steps, "reference": args.runs[0], "run": run,
+               "steps_run": res["steps"], "reference_steps_run": ref["steps"],
                "max_abs_diff_step2": compare(ref_params, params, 2),
-               "max_abs_diff_final": compare(ref_params, params, steps),
+               "max_abs_diff_final": compare(ref_params, params, final),
                "best_step": res["best_step"], "reference_best_step": ref["best_step"],
                "test": res["test"], "reference_test": ref["test"],
                "test_diff": {m: res["test"].get(m, np.nan) - ref["test"].get(m, np.nan)
@@ -204,7 +216,10 @@ def markdown(doc: dict) -> str:
            "|---|---|---:|---:|---:|---:|---:|"]
   for r in doc["rows"]:
     leaf = max(r["max_abs_diff_final"], key=r["max_abs_diff_final"].get)
-    lines.append(f"| {r['preset']} | {r['run']} vs {r['reference']} | {r['steps']} | "
+    ran = {r.get("steps_run", r["steps"]), r.get("reference_steps_run", r["steps"])}
+    steps = (r["steps"] if ran == {r["steps"]} else
+             f"{r['steps']} (ran {'/'.join(map(str, sorted(ran)))})")
+    lines.append(f"| {r['preset']} | {r['run']} vs {r['reference']} | {steps} | "
                  f"{r['largest_step2']:.1e} | {r['largest_final']:.1e} (`{leaf}`) | "
                  f"{100 * r['test_diff']['recall@5']:+.2f}, "
                  f"{100 * r['test_diff']['comp@5']:+.2f} ({r['best_step']} vs "
