@@ -201,8 +201,9 @@ def measure(args) -> dict:
         row["largest_step2"] = max(row["max_abs_diff_step2"].values())
         row["largest_final"] = max(row["max_abs_diff_final"].values())
         rows.append(row)
-        print(f"  {run} vs {args.runs[0]}: step 2 {row['largest_step2']:.2e}, step {steps} "
-              f"{row['largest_final']:.2e}, test diff {row['test_diff']}", flush=True)
+        print(f"  {run} vs {args.runs[0]}: step 2 {row['largest_step2']:.2e}, where the runs "
+              f"ended (steps {ref['steps']} / {res['steps']}) {row['largest_final']:.2e}, "
+              f"test diff {row['test_diff']}", flush=True)
   return {"overrides": args.overrides, "adam_eps": args.adam_eps, "rows": rows}
 
 
