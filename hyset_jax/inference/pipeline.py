@@ -533,7 +533,8 @@ def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndar
                     ranking: Ranking | None = None, progress: bool = False,
                     neighbor_table: bool | None = None,
                     rankings: tuple[Ranking, ...] | None = None,
-                    first_stage: ann.Index | None = None, program=None
+                    first_stage: ann.Index | None = None, program=None,
+                    precision: choices.Precision = choices.DEFAULT_PRECISION
                     ) -> Prediction | tuple[Prediction, ...]:
   """:func:`predict_prepared` over any number of queries in fixed-size chunks (one compilation
   of :func:`predict_prepared_rankings`, which the single-ranking case runs with one name).
@@ -547,6 +548,7 @@ def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndar
     progress: show a progress bar.
     neighbor_table: when ``model`` is θ, whether to build the neighbour table; None: when it
       pays for itself here (Q·K1 ≥ N: the table costs N²·d, a full scan N·K1·d per query).
+    precision: when ``model`` is θ, the dtype it is prepared in (:func:`prepare`).
     rankings: instead of ``ranking``, several methods at once (one stage 2 for all of them).
     first_stage: an ANN index over the model's Z (:func:`ann.load_or_build`): stage 1 and the
       expansion through it (approximate; filtered or lexical queries stay exact); None: exact.
@@ -568,7 +570,8 @@ def predict_batched(model: HysetParams | PreparedModel, x: QueryInputs | np.ndar
   if not isinstance(model, PreparedModel):
     if neighbor_table is None:
       neighbor_table = first_stage is None and n * k1 >= num_tools
-    model = prepare(model, max_size=max_size, k_pool=k_pool, neighbor_table=neighbor_table)
+    model = prepare(model, max_size=max_size, k_pool=k_pool, neighbor_table=neighbor_table,
+                    precision=precision)
   batch_size = max(1, min(batch_size, n))
   chunks, starts = [], range(0, n, batch_size)
   if progress:

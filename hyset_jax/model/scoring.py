@@ -242,6 +242,13 @@ def interaction_scores(member_emb: jax.Array, member_keyed: jax.Array, mask: jax
   return 0.5 * jnp.sum(jnp.where(pair_mask, gram, 0.0), axis=(-2, -1))
 
 
+def gram_is_cheaper(num_matrices: int, num_tools: int, tool_dim: int, members_shape) -> bool:
+  """:func:`set_scores`' "auto": the library Gram matrices ((M−1)·N²) cost no more than the
+  gathered rows of a batch of sets (2·B·C·m·d). ``members_shape``: (B, C, m)."""
+  b, c, m = members_shape
+  return num_matrices * num_tools * num_tools <= 2 * b * c * m * tool_dim
+
+
 def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
                mask: jax.Array, method: str = "auto") -> jax.Array:
   """F(x, E) for a batch of queries, each with its own candidate sets of tools from the library.
@@ -269,7 +276,7 @@ def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
   b, c, m = members.shape
   k = params.interactions.shape[0]
   if method == "auto":
-    method = "gram" if k * n * n <= 2 * b * c * m * d else "gather"
+    method = "gram" if gram_is_cheaper(k, n, d, members.shape) else "gather"
   size = jnp.sum(mask, axis=-1)                                      # [B, C]
   card = jnp.clip(size - 2, 0, k - 1)
   if method == "gram":

@@ -56,18 +56,14 @@ class HysetRetriever:
 
   def retrieve(self, queries: Sequence[str], depth: int) -> Retrieval:
     check_depth(depth)
-    from hyset_jax.inference.pipeline import predict_batched, prepare
+    from hyset_jax.inference.pipeline import predict_batched
     from hyset_jax.model.lexical import query_scores
     from hyset_jax.model.query_inputs import QueryInputs
     x = QueryInputs(embed(self.encoder, queries),
                     query_scores(self.params.lexical_weight, self.lexical, queries))
-    model = self.params
-    if self.precision != "f32":  # predict_batched prepares θ in f32 (with this table rule)
-      n = int(self.params.tool_embeddings.shape[0])
-      model = prepare(self.params, max_size=self.max_size, k_pool=self.k_pool,
-                      neighbor_table=len(queries) * self.k1 >= n, precision=self.precision)
-    out = predict_batched(model, x, k1=self.k1, k_pool=self.k_pool,
-                          max_size=self.max_size, ranking=self.ranking)
+    out = predict_batched(self.params, x, k1=self.k1, k_pool=self.k_pool,
+                          max_size=self.max_size, ranking=self.ranking,
+                          precision=self.precision)
     ids = np.asarray(self.tool_ids, dtype=object)
     rankings = [ids[row[:depth]].tolist() for row in np.asarray(out.ranking)]
     # set_tools is padded with -1 after the set_size members.

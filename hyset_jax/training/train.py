@@ -186,9 +186,9 @@ def pool_keyed(z: jax.Array, interactions: jax.Array, members: jax.Array, card: 
 def keyed_pools(num_tools: int, tool_dim: int, num_matrices: int, members_shape) -> bool:
   """Whether :func:`pool_scores` takes :func:`pool_keyed` (Z M_m per (card, tool) pair of the
   batch, in a loop of data-dependent length) rather than ``set_scores``' "gram" order, which its
-  "auto" picks for small libraries: K·N² > 2·B·C·m·d. ``members_shape``: (B, C, m)."""
-  b, c, m = members_shape
-  return num_matrices * num_tools * num_tools > 2 * b * c * m * tool_dim
+  "auto" picks for small libraries (:func:`scoring.gram_is_cheaper`). ``members_shape``:
+  (B, C, m)."""
+  return not scoring.gram_is_cheaper(num_matrices, num_tools, tool_dim, members_shape)
 
 
 def pool_scores(params: scoring.HysetParams, query: jax.Array, members: jax.Array,
@@ -198,7 +198,6 @@ def pool_scores(params: scoring.HysetParams, query: jax.Array, members: jax.Arra
   "gram" (small libraries) is kept."""
   z = params.tool_embeddings
   n, d = z.shape
-  b, c, m = members.shape
   k = params.interactions.shape[0]
   if not keyed_pools(n, d, k, members.shape):         # set_scores's "auto" picks "gram" here
     return scoring.set_scores(params, query, members, mask, "gram")
