@@ -210,12 +210,41 @@ def test_padding_never_changes_a_score():
   wide_m = np.concatenate([members, np.zeros((2, 2, 3), int)], axis=2)
   wide_k = np.concatenate([mask, np.zeros((2, 2, 3), bool)], axis=2)
   np.testing.assert_allclose(set_scores(params, r, wide_m, wide_k), base, atol=1e-6)
-  for method in ("gram", "gather"):   # both evaluation orders, padding included
+  for method in ("gram", "keyed", "gather"):   # every evaluation order, padding included
     np.testing.assert_allclose(set_scores(params, r, junk, mask, method), base, atol=1e-5)
   for b in range(2):
     for c in range(2):
       e = tuple(members[b, c][mask[b, c]])
       assert float(base[b, c]) == pytest.approx(ref.score(np.asarray(r[b]), z, p, ms, e), abs=1e-5)
+
+
+def test_keyed_order_matches_gather_on_a_large_library():
+  """set_scores' "keyed" order (Z M_m for the batch's (card, tool) pairs only: what training
+  and "auto" use at large libraries) gives the gather order's values and gradients."""
+  rng = np.random.default_rng(0)
+  n, d, b, c, m = 3000, 16, 4, 32, 4
+  z = rng.normal(size=(n, d)).astype(np.float32)
+  ms = 0.1 * rng.normal(size=(m - 1, d, d)).astype(np.float32)
+  params = scoring.HysetParams(jnp.asarray(z / np.linalg.norm(z, axis=1, keepdims=True)),
+                               jnp.eye(d), jnp.asarray(ms + ms.transpose(0, 2, 1)))
+  query = rng.normal(size=(b, d)).astype(np.float32)
+  members = rng.integers(0, n, (b, c, m)).astype(np.int32)
+  members[:, 1::3] = members[:, :1]            # repeated sets: shared (card, tool) pairs
+  mask = np.arange(m) < rng.integers(1, m + 1, (b, c))[..., None]
+  assert not scoring.gram_is_cheaper(m - 1, n, d, (b, c, m))   # "auto" picks "keyed" here
+
+  def run(fn):
+    return jax.jit(jax.value_and_grad(
+        lambda p: jnp.sum(jnp.sin(fn(p, query, members, mask)))))(params)
+  want = run(lambda *a: scoring.set_scores(*a, "gather"))
+  got = run(lambda *a: scoring.set_scores(*a, "keyed"))
+  keyed = str(jax.make_jaxpr(
+      lambda p: scoring.set_scores(p, query, members, mask, "keyed"))(params))
+  assert "while" in keyed and "while" not in str(jax.make_jaxpr(   # "auto" takes the loop
+      lambda p: scoring.set_scores(p, query, members, mask, "gather"))(params))
+  assert str(jax.make_jaxpr(lambda p: scoring.set_scores(p, query, members, mask))(params)) == keyed
+  for w, g in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+    np.testing.assert_allclose(g, w, atol=1e-5 * float(np.max(np.abs(w))))
 
 
 def test_interaction_gradient_is_symmetric_and_init_has_unit_rows():

@@ -52,7 +52,7 @@ def test_set_scores_with_tower_and_conditioned_term_match_brute_force():
   r = rng.normal(size=(2, 6)).astype(np.float32)
   members = np.array([[[0, 3, 5], [7, 0, 0], [2, 9, 0]], [[1, 2, 0], [4, 8, 11], [13, 0, 0]]])
   mask = np.array([[[1, 1, 1], [1, 0, 0], [1, 1, 0]], [[1, 1, 0], [1, 1, 1], [1, 0, 0]]], bool)
-  for method in ("gram", "gather"):
+  for method in ("gram", "keyed", "gather"):
     got = np.asarray(scoring.set_scores(params, r, members, mask, method))
     for b, c in itertools.product(range(2), range(3)):
       e = tuple(members[b, c][mask[b, c]])

@@ -158,7 +158,7 @@ def test_dry_run_reports_and_checks_the_budget(capsys):
   one = dry_run.dry_run(config_lib.resolve("tiny", ["mesh.tools=1"]), num_tools=4000,
                         tool_dim=384, query_dim=384)
   assert one.parameters - report["parameters"] == 4000 * 384 * 4 * 3 // 4
-  # 4,000 tools: the pools' Z M_m go through train.pool_keyed's loop, which XLA counts once.
+  # 4,000 tools: the pools are scored in set_scores' "keyed" order, whose loop XLA counts once.
   assert report["flops_lower_bound"] and "a lower bound" in one.lines()[-1]
   small = dry_run.dry_run(config_lib.resolve("tiny", ["mesh.tools=1"]), num_tools=40,
                           tool_dim=384, query_dim=384)

@@ -282,27 +282,3 @@ def test_query_noise_is_seeded_per_row_and_keeps_each_norm():
   assert 1 > cos[0] > cos[1] > cos[2] > 0
   with pytest.raises(UserError, match="query_noise must be ≥ 0"):
     config_lib.resolve("tiny", ["train.query_noise=-0.1"])
-
-
-def test_pool_scores_match_set_scores_gather_on_a_large_library():
-  """train.pool_scores (Z M_m for the batch's (card, tool) pairs only) gives set_scores' gather
-  order's values and gradients where the library is large enough for that order."""
-  rng = np.random.default_rng(0)
-  n, d, b, c, m = 3000, 16, 4, 32, 4
-  z = rng.normal(size=(n, d)).astype(np.float32)
-  ms = 0.1 * rng.normal(size=(m - 1, d, d)).astype(np.float32)
-  params = scoring.HysetParams(jnp.asarray(z / np.linalg.norm(z, axis=1, keepdims=True)),
-                               jnp.eye(d), jnp.asarray(ms + ms.transpose(0, 2, 1)))
-  query = rng.normal(size=(b, d)).astype(np.float32)
-  members = rng.integers(0, n, (b, c, m)).astype(np.int32)
-  members[:, 1::3] = members[:, :1]            # repeated sets: shared (card, tool) pairs
-  mask = np.arange(m) < rng.integers(1, m + 1, (b, c))[..., None]
-  assert (m - 1) * n * n > 2 * b * c * m * d   # set_scores' "auto" would pick "gather"
-
-  def run(fn):
-    return jax.jit(jax.value_and_grad(
-        lambda p: jnp.sum(jnp.sin(fn(p, query, members, mask)))))(params)
-  want = run(lambda *a: scoring.set_scores(*a, "gather"))
-  got = run(train.pool_scores)
-  for w, g in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
-    np.testing.assert_allclose(g, w, atol=1e-5 * float(np.max(np.abs(w))))

@@ -23,6 +23,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from hyset_jax.model import keyed as keyed_lib
+
 
 class QueryTower(NamedTuple):
   """The residual MLP q(r) in front of P, its L layers stacked.
@@ -253,20 +255,24 @@ def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
                mask: jax.Array, method: str = "auto") -> jax.Array:
   """F(x, E) for a batch of queries, each with its own candidate sets of tools from the library.
 
-  Two evaluation orders of the same sums, picked by cost (``method="auto"``):
+  Three evaluation orders of the same sums; ``method="auto"`` takes "gram" where it is cheaper
+  (:func:`gram_is_cheaper`), else "keyed":
 
   - ``"gram"``: ℓ for every tool and the library Gram matrices Z M_m Zᵀ once, then gather
     scalars per member and pair. Cost ~ (M−1)·N²·d, independent of the batch: the fast
     choice for small libraries (ToolLens: N = 464), whose backward pass scatters scalars.
-  - ``"gather"``: gather each member's z and z M_{|E|}, then contract. Cost ~ B·C·m·d plus
-    (M−1)·N·d², for large libraries where an N×N Gram matrix would not fit.
+  - ``"keyed"``: gather each member's z and z M_{|E|}, then contract, with z M_m computed once
+    per distinct (cardinality, tool) pair of the batch (:mod:`hyset_jax.model.keyed`). Cost
+    ~ B·C·m·d + (pairs)·d², for large libraries where an N×N Gram matrix would not fit.
+  - ``"gather"``: the same with Z M_m for the whole library, (M−1)·N·d²: fixed shapes, no
+    data-dependent loop (XLA's cost analysis counts "keyed"'s loop body once).
 
   Args:
     params: θ.
     query_emb: f32[B, d_r].
     members: int[B, C, m] tool rows of each candidate set; padding slots may hold any valid row.
     mask: bool[B, C, m]; 1 ≤ Σ mask ≤ M for every set.
-    method: ``"auto"``, ``"gram"`` or ``"gather"``.
+    method: ``"auto"``, ``"gram"``, ``"keyed"`` or ``"gather"``.
 
   Returns:
     f32[B, C].
@@ -276,7 +282,7 @@ def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
   b, c, m = members.shape
   k = params.interactions.shape[0]
   if method == "auto":
-    method = "gram" if gram_is_cheaper(k, n, d, members.shape) else "gather"
+    method = "gram" if gram_is_cheaper(k, n, d, members.shape) else "keyed"
   size = jnp.sum(mask, axis=-1)                                      # [B, C]
   card = jnp.clip(size - 2, 0, k - 1)
   if method == "gram":
@@ -288,12 +294,16 @@ def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
     f_set = 0.5 * jnp.sum(jnp.where(pair_mask, pair, 0.0), axis=(-2, -1))
     return f_set + align_scores(logits, mask) + conditioned_scores(params, query_emb, members,
                                                                    mask)
-  if method != "gather":
-    raise ValueError(f"unknown set_scores method {method!r}")
   emb = z[members]                                                   # [B, C, m, d]
   logits = jnp.einsum("bd,bcmd->bcm", query_vectors(params, query_emb), emb)
-  keyed_all = jnp.einsum("nd,kde->kne", z, params.interactions)      # [M-1, N, d]
-  keyed = keyed_all[card[..., None], members]                        # [B, C, m, d]
+  if method == "keyed":
+    keyed = keyed_lib.member_products(z, params.interactions, members, card,
+                                      mask & (size >= 2)[..., None])
+  elif method == "gather":
+    keyed_all = jnp.einsum("nd,kde->kne", z, params.interactions)    # [M-1, N, d]
+    keyed = keyed_all[card[..., None], members]                      # [B, C, m, d]
+  else:
+    raise ValueError(f"unknown set_scores method {method!r}")
   return (interaction_scores(emb, keyed, mask) + align_scores(logits, mask)
           + conditioned_scores(params, query_emb, members, mask))
 

@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from hyset_jax import config as config_lib
+from hyset_jax.model import scoring
 from hyset_jax.training import batches, sharding
 
 GIB = 2 ** 30
@@ -49,8 +50,8 @@ class StepReport:
   temporaries: int
   generated_code: int
   flops_per_device: float
-  # True when the step scores its pools through train.pool_keyed: XLA's cost analysis counts
-  # the body of its data-dependent loop once, so flops_per_device is a lower bound.
+  # True when the step scores its pools in set_scores' "keyed" order: XLA's cost analysis
+  # counts the body of its data-dependent loop once, so flops_per_device is a lower bound.
   flops_lower_bound: bool = False
 
   @property
@@ -97,7 +98,6 @@ def compile_step(step_fn, state, batch, mesh: jax.sharding.Mesh) -> tuple[object
   """``step_fn`` (a jitted train step) compiled for ``state`` and ``batch`` (arrays or
   ShapeDtypeStructs with shardings), and its per-device report. The compiled step is what a
   real run then calls, so the step is compiled once."""
-  from hyset_jax.training import train as train_lib  # train imports this module
   compiled = step_fn.lower(state, batch).compile()
   mem = compiled.memory_analysis()
   cost = compiled.cost_analysis()
@@ -115,7 +115,7 @@ def compile_step(step_fn, state, batch, mesh: jax.sharding.Mesh) -> tuple[object
       aliased=int(mem.alias_size_in_bytes), temporaries=int(mem.temp_size_in_bytes),
       generated_code=int(mem.generated_code_size_in_bytes),
       flops_per_device=float((cost or {}).get("flops", float("nan"))),
-      flops_lower_bound=train_lib.keyed_pools(int(z.shape[0]), int(z.shape[1]),
-                                              int(batch.members.shape[2]) - 1,
-                                              tuple(batch.members.shape)))
+      flops_lower_bound=not scoring.gram_is_cheaper(int(batch.members.shape[2]) - 1,
+                                                    int(z.shape[0]), int(z.shape[1]),
+                                                    tuple(batch.members.shape)))
   return compiled, report
