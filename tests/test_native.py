@@ -286,3 +286,38 @@ def test_native_greedy_ranking_equals_jax(k, m, q):
   want = rankings.rank_tools(logits, pairs, pos, "greedy", m, "gather")
   got = rankings.rank_tools(logits, pairs, pos, "greedy", m, "native")
   np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_native_top_k_equals_lax_top_k():
+  """Stage 1's top K1 from the native kernel is ``jax.lax.top_k``'s indices, order and ties:
+  random rows, rows of few distinct values (ties everywhere), the values XLA orders specially
+  (±0.0, ±inf, NaN), masked tools (-inf) and rows shorter than one 32-value block; and a filtered
+  prediction (fewer allowed tools than K1) through the native backend equals the JAX one."""
+  from hyset_jax.inference import pipeline
+  from hyset_jax.model.query_inputs import QueryInputs
+  from test_speed import assert_same_prediction, make_params
+  rng = np.random.default_rng(21)
+  top_k = jax.jit(native.top_k, static_argnums=1)
+  special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1.0, -1.0], np.float32)
+  for trial in range(120):
+    q, n = int(rng.integers(1, 6)), int(rng.integers(1, 400))
+    k = int(rng.integers(1, min(native.MAX_TOP_K, n) + 1))
+    x = [rng.normal(size=(q, n)), rng.integers(-3, 3, (q, n)).astype(float),
+         rng.choice(special, size=(q, n)), np.where(rng.random((q, n)) < 0.4, -np.inf,
+                                                    rng.normal(size=(q, n)))][trial % 4]
+    x = jnp.asarray(np.asarray(x, np.float32))
+    np.testing.assert_array_equal(np.asarray(top_k(x, k)), np.asarray(jax.lax.top_k(x, k)[1]),
+                                  err_msg=f"trial {trial}: q={q} n={n} k={k}")
+  with pytest.raises(ValueError, match="1 ≤ k ≤ min"):
+    native.top_k(jnp.zeros((1, 10)), 11)
+  params = make_params(rng, 150, 16, 3)
+  prep = pipeline.prepare(params, max_size=3, k_pool=10)
+  r = rng.normal(size=(12, 16)).astype(np.float32)
+  allowed = np.zeros((12, 150), bool)
+  allowed[:, :40] = True
+  allowed[::3] = False
+  allowed[::3, [7, 90, 149]] = True                     # 3 tools for these: fewer than K1 = 6
+  x = QueryInputs(embedding=r, allowed=allowed)
+  kw = dict(k1=6, k_pool=10, max_size=3)
+  assert_same_prediction(pipeline.predict_prepared(prep, x, method="native", **kw),
+                         pipeline.predict_prepared(prep, x, method="gather", **kw))

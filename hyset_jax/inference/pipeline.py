@@ -365,17 +365,20 @@ def _query_side(params: HysetParams, query_emb: jax.Array) -> jax.Array:
   return scoring.query_tower(params.tower, query_emb)
 
 
-def stage1_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int
+def stage1_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int,
+                    method: enumeration.Method | backends.Backend = enumeration.DEFAULT_METHOD
                     ) -> tuple[jax.Array, jax.Array]:
   """Stage 1 from a prepared model: (ℓ f32[Q, N], the K1 tools of largest ℓ int32[Q, K1]);
   ℓ' with the lexical term (:func:`scoring.with_lexical`), -inf for a tool ``x.allowed`` rules
-  out."""
+  out. The backend's ``top_k`` kernel picks the K1 where it has one (native: the same tools in
+  the same order as ``jax.lax.top_k``)."""
   x = query_inputs.of(x)
   logits = masks.mask_logits(scoring.with_lexical(
       prep.params, _dot("qd,dn->qn", _query_side(prep.params, x.embedding),
                         prep.logit_weights, prep.logit_weights.dtype),
       x.lexical_scores), x.allowed)
-  return logits, jax.lax.top_k(logits, k1)[1]
+  top_k = backends.get(method, k1).top_k
+  return logits, (top_k(logits, k1) if top_k is not None else jax.lax.top_k(logits, k1)[1])
 
 
 SCAN_CHUNK = 8  # queries per chunk of the expansion's full-scan fallback
@@ -400,7 +403,7 @@ def shortlist_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int,
   x = query_inputs.of(x)
   if first_stage is not None and x.allowed is None and x.lexical_scores is None:
     return Shortlist(*ann.shortlist(first_stage, prep, x.embedding, k1, k_pool))
-  logits, s0 = stage1_prepared(prep, x, k1)
+  logits, s0 = stage1_prepared(prep, x, k1, method)
   n_ext = k_pool - k1
   z = prep.params.tool_embeddings
 

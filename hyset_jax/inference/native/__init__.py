@@ -15,6 +15,8 @@
   (:func:`pair_matrices`), the upper triangle computed and mirrored (M_m is symmetric).
 - ``greedy.cc``: the paper's greedy ranking of the shortlist (:func:`greedy_ranking`, what
   ``rankings.rank_tools(..., "greedy")`` returns), one query at a time.
+- ``topk.cc`` (Eq. 12): stage 1's K1 tools of largest ℓ (:func:`top_k`, ``jax.lax.top_k``'s
+  indices and order), a row per thread, one pass over it against the current K-th key.
 
 Build: the first use on a machine compiles the sources with the system C++ compiler (``$CXX``,
 else ``c++``, ``g++`` or ``clang++``; C++17 with GCC ≥ 12 or Clang, for
@@ -50,7 +52,7 @@ from hyset_jax.errors import UserError
 from hyset_jax.inference.subsets import count_subsets
 
 SOURCES = tuple(pathlib.Path(__file__).with_name(f)
-                for f in ("subsets.cc", "expansion.cc", "pairs.cc", "greedy.cc"))
+                for f in ("subsets.cc", "expansion.cc", "pairs.cc", "greedy.cc", "topk.cc"))
 HEADERS = (pathlib.Path(__file__).with_name("parallel.h"),)
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off")
 # Queries scored together (kLanes in subsets.cc): one per vector lane.
@@ -142,7 +144,8 @@ def _register() -> None:
                            ("hyset_subset_scores", lib.HysetSubsetScores),
                            ("hyset_expand", lib.HysetExpand),
                            ("hyset_pair_matrices", lib.HysetPairMatrices),
-                           ("hyset_greedy_ranking", lib.HysetGreedyRanking)):
+                           ("hyset_greedy_ranking", lib.HysetGreedyRanking),
+                           ("hyset_top_k", lib.HysetTopK)):
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(symbol), platform="cpu")
       _state["library"] = path
     except (RuntimeError, OSError, subprocess.SubprocessError) as e:
@@ -161,7 +164,7 @@ def unavailable_reason() -> str | None:
 
 def available() -> bool:
   """Whether the kernels (:func:`best_rows`, :func:`subset_scores`, :func:`expand`,
-  :func:`pair_matrices`, :func:`greedy_ranking`) can run here."""
+  :func:`pair_matrices`, :func:`greedy_ranking`, :func:`top_k`) can run here."""
   return unavailable_reason() is None
 
 
@@ -176,6 +179,7 @@ def require() -> None:
 # 16 queries, 0.12 MB at K = 20, M = 5, and with every score the group's [n][16] scores, 1.4 MB more).
 SCRATCH_LIMIT_BYTES = 1 << 30
 MAX_POOL = 62  # kMaxPool in subsets.cc (its binomial table); the other kernels take up to 64
+MAX_TOP_K = 64  # kMaxK in topk.cc
 
 
 def scratch_bytes(k: int, max_size: int, all_scores: bool) -> int:
@@ -285,3 +289,14 @@ def greedy_ranking(logits: jax.Array, pairs: jax.Array) -> jax.Array:
   _check_fits(k, 2)
   call = _ffi("hyset_greedy_ranking", jax.ShapeDtypeStruct((q, k), jnp.int32))
   return call(logits.astype(jnp.float32), pairs.astype(jnp.float32))
+
+
+def top_k(x: jax.Array, k: int) -> jax.Array:
+  """The indices of ``jax.lax.top_k(x, k)``, int32[Q, k], as a native kernel: the k largest of
+  each row of x f32[Q, N] in descending order, ties to the lower index, floats ordered as XLA
+  orders them (-0.0 below +0.0, NaN above +inf). k ≤ :data:`MAX_TOP_K` and ≤ N."""
+  q, n = x.shape
+  if not 1 <= k <= min(MAX_TOP_K, n):
+    raise ValueError(f"the native top-k takes 1 ≤ k ≤ min({MAX_TOP_K}, N = {n}), got k = {k}")
+  call = _ffi("hyset_top_k", jax.ShapeDtypeStruct((q, k), jnp.int32))
+  return call(x.astype(jnp.float32))

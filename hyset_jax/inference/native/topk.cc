@@ -1,0 +1,119 @@
+// Stage 1's top K1 of ℓ over the library (paper Eq. 12), on the CPU as an XLA FFI custom call:
+// the indices jax.lax.top_k returns, in its order. Loaded by
+// hyset_jax/inference/native/__init__.py.
+//
+// Why: XLA:CPU's TopK sorts each row's indices on one thread (~17 µs per row of 13,860 tools,
+// ~1.1 ms of a batch of 64 on a 2-core AVX2 EPYC, against ~7 ms for the batch's ℓ). Here a row
+// is scanned once against the current K-th key, 16 values per test, and rows are spread over
+// XLA's thread pool: almost every value fails the test, so a row costs about one read of it.
+
+#include <cstdint>
+#include <cstring>
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+#include "parallel.h"
+#include "xla/ffi/api/ffi.h"
+
+namespace ffi = xla::ffi;
+
+namespace {
+
+constexpr int64_t kMaxK = 64;   // K1 ≤ K_pool ≤ 64 (the other kernels' bound)
+constexpr int64_t kBlock = 32;  // values per threshold test
+
+// XLA's TopK orders floats by their bits read as integers, negative ones flipped (so -0.0 <
+// +0.0, NaN above +inf and -NaN below -inf: a total order) and breaks ties by the lower index.
+inline int32_t Key(float v) {
+  int32_t b;
+  std::memcpy(&b, &v, sizeof(b));
+  return b ^ ((b >> 31) & 0x7fffffff);
+}
+
+// The float whose Key is `key`.
+inline float Value(int32_t key) {
+  const int32_t b = key ^ ((key >> 31) & 0x7fffffff);
+  float v;
+  std::memcpy(&v, &b, sizeof(v));
+  return v;
+}
+
+// Whether any of x[0..kBlock) is not below t (NaN included: every comparison with it is false).
+// A value below the K-th kept one cannot enter; the others go on to the exact key test (equal
+// values too: +0.0 against -0.0).
+inline bool AnyNotBelow(const float* x, float t) {
+#if defined(__AVX__)
+  const __m256 tv = _mm256_set1_ps(t);
+  __m256 any = _mm256_setzero_ps();
+  for (int64_t j = 0; j < kBlock; j += 8)
+    any = _mm256_or_ps(any, _mm256_cmp_ps(_mm256_loadu_ps(x + j), tv, _CMP_NLT_UQ));
+  return _mm256_movemask_ps(any) != 0;
+#else
+  bool hit = false;
+  for (int64_t j = 0; j < kBlock; ++j) hit |= !(x[j] < t);
+  return hit;
+#endif
+}
+
+// Puts (key, i) into keys/idx, sorted by descending key and then ascending index, holding
+// `*filled` ≤ k entries. Values arrive in index order, so an entry whose key equals a kept one
+// goes after it, and once the list is full a key that does not beat the last one never enters.
+inline void Insert(int32_t key, int32_t i, int64_t k, int32_t* keys, int32_t* idx,
+                   int64_t* filled) {
+  int64_t p = *filled < k ? (*filled)++ : k - 1;
+  while (p > 0 && keys[p - 1] < key) {
+    keys[p] = keys[p - 1];
+    idx[p] = idx[p - 1];
+    --p;
+  }
+  keys[p] = key;
+  idx[p] = i;
+}
+
+void RowTopK(const float* x, int64_t n, int64_t k, int32_t* out) {
+  int32_t keys[kMaxK], idx[kMaxK];
+  int64_t filled = 0, i = 0;
+  for (; i < k; ++i) Insert(Key(x[i]), static_cast<int32_t>(i), k, keys, idx, &filled);
+  int32_t last = keys[k - 1];
+  for (; i + kBlock <= n; i += kBlock) {
+    if (!AnyNotBelow(x + i, Value(last))) continue;
+    for (int64_t j = 0; j < kBlock; ++j) {
+      const int32_t key = Key(x[i + j]);
+      if (key > last) {
+        Insert(key, static_cast<int32_t>(i + j), k, keys, idx, &filled);
+        last = keys[k - 1];
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    const int32_t key = Key(x[i]);
+    if (key > last) {
+      Insert(key, static_cast<int32_t>(i), k, keys, idx, &filled);
+      last = keys[k - 1];
+    }
+  }
+  std::memcpy(out, idx, k * sizeof(int32_t));
+}
+
+ffi::Error TopKImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
+                    ffi::ResultBuffer<ffi::S32> out) {
+  auto xd = x.dimensions(), od = out->dimensions();
+  if (xd.size() != 2 || od.size() != 2 || xd[0] != od[0])
+    return ffi::Error::InvalidArgument("expected x [Q, N] and out [Q, k]");
+  const int64_t q = xd[0], n = xd[1], k = od[1];
+  if (k < 1 || k > kMaxK || k > n)
+    return ffi::Error::InvalidArgument("the top-k kernel takes 1 <= k <= min(64, N)");
+  const float* xs = x.typed_data();
+  int32_t* os = out->typed_data();
+  hyset::ParallelFor(pool, q, [xs, os, n, k](int64_t r) { RowTopK(xs + r * n, n, k, os + r * k); });
+  return ffi::Error::Success();
+}
+
+}  // namespace
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(HysetTopK, TopKImpl,
+                              ffi::Ffi::Bind()
+                                  .Ctx<ffi::ThreadPool>()
+                                  .Arg<ffi::Buffer<ffi::F32>>()
+                                  .Ret<ffi::Buffer<ffi::S32>>());
