@@ -152,9 +152,16 @@ def launch(preset: str, run: str, steps: int | None, overrides: list[str], out: 
   done = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True,
                         timeout=4 * 3600)  # a full preset run on a loaded 2-core CPU
   if done.returncode:
-    raise SystemExit(f"{preset}/{run} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
-                     f"{done.stderr[-3000:]}")
+    print(f"{preset}/{run} failed ({done.returncode}):\n{done.stdout[-3000:]}\n"
+          f"{done.stderr[-3000:]}", file=sys.stderr, flush=True)
+    lines = [x for x in (done.stderr or done.stdout).strip().splitlines() if x.strip()]
+    raise RunFailed(lines[-1] if lines else f"exit {done.returncode}")
   return time.time() - t0
+
+
+class RunFailed(Exception):
+  """A run that could not train (e.g. a mesh whose tools axis does not divide the library's
+  tool count): reported in the results, the other runs go on."""
 
 
 def compare(ref: dict, other: dict, step: int | str) -> dict[str, float]:
@@ -165,7 +172,7 @@ def compare(ref: dict, other: dict, step: int | str) -> dict[str, float]:
 
 
 def measure(args) -> dict:
-  rows = []
+  rows, failed = [], []
   with tempfile.TemporaryDirectory() as tmp:
     keep = args.keep or tmp
     os.makedirs(keep, exist_ok=True)
@@ -176,12 +183,19 @@ def measure(args) -> dict:
         tag = "-".join([preset, run, str(steps), *args.overrides] +
                        ([f"eps{args.adam_eps}"] if args.adam_eps is not None else []))
         out = os.path.join(keep, tag.replace("/", "_").replace("=", "_"))
-        secs = launch(preset, run, steps, args.overrides, out, args.adam_eps)
+        try:
+          secs = launch(preset, run, steps, args.overrides, out, args.adam_eps)
+        except RunFailed as e:
+          failed.append({"preset": preset, "run": run, "reason": str(e)})
+          print(f"{preset} {run}: not run: {e}", flush=True)
+          continue
         got[run] = (dict(np.load(out + ".npz")), json.loads(pathlib.Path(out + ".json")
                                                              .read_text()))
         print(f"{preset} {run}: {secs:.0f}s test {got[run][1]['test']}", flush=True)
+      if args.runs[0] not in got:
+        continue
       ref_params, ref = got[args.runs[0]]
-      for run in args.runs[1:]:
+      for run in [r for r in args.runs[1:] if r in got]:
         params, res = got[run]
         # θ where each run ended ("final:", an early stop's too); runs kept from before that
         # dump have θ after the last configured step only.
@@ -204,7 +218,8 @@ def measure(args) -> dict:
         print(f"  {run} vs {args.runs[0]}: step 2 {row['largest_step2']:.2e}, where the runs "
               f"ended (steps {ref['steps']} / {res['steps']}) {row['largest_final']:.2e}, "
               f"test diff {row['test_diff']}", flush=True)
-  return {"overrides": args.overrides, "adam_eps": args.adam_eps, "rows": rows}
+  return {"overrides": args.overrides, "adam_eps": args.adam_eps, "rows": rows,
+          "failed": failed}
 
 
 def markdown(doc: dict) -> str:
@@ -234,6 +249,9 @@ def markdown(doc: dict) -> str:
       lines.append(f"| {r['preset']} | {name} | {100 * t['recall@5']:.2f} | "
                    f"{100 * t['comp@5']:.2f} | {100 * f['recall@5']:.2f} | "
                    f"{100 * f['comp@5']:.2f} |")
+  if doc.get("failed"):
+    lines += ["", "Failed (the other runs went on):", ""]
+    lines += [f"- {f['preset']} {f['run']}: {f['reason']}" for f in doc["failed"]]
   return "\n".join(lines) + "\n"
 
 
@@ -347,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
   path = write_json(RESULTS / f"determinism{args.tag}.json", doc, line)
   path.with_suffix(".md").write_text(markdown(json.loads(path.read_text())), encoding="utf-8")
   print(path)
-  return 0
+  return 1 if doc["failed"] else 0
 
 
 if __name__ == "__main__":
