@@ -103,7 +103,7 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
   import jax
 
   from hyset_jax import choices
-  from hyset_jax.inference import backends, enumeration, pipeline, subsets
+  from hyset_jax.inference import enumeration, pipeline, subsets
   # Record the implementation that runs ("auto" names none).
   method = enumeration.resolve_method(method or choices.DEFAULT_METHOD, k_pool, max_size)
   ranking = ranking or pipeline.DEFAULT_RANKING
@@ -120,10 +120,10 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
   start = time.perf_counter()
   compiled = pipeline.predict_prepared.lower(prep, q, **kw).compile()
   compile_s = time.perf_counter() - start
-  # The dense pass picks its top K_pool with the same backend's top-k as stage 1 (native:
-  # topk.cc), so the ratio compares the two pipelines, not two top-k implementations.
-  top_k = backends.get(method, k_pool).top_k or (lambda x, k: jax.lax.top_k(x, k)[1])
-  dense = jax.jit(lambda w, x: top_k(pipeline._dot("qd,dn->qn", x, w, w.dtype), k_pool)
+  # The dense pass picks its top K_pool as stage 1 picks its K1 (pipeline.top_indices), so the
+  # ratio compares the two pipelines, not two top-k implementations.
+  dense = jax.jit(lambda w, x: pipeline.top_indices(
+      pipeline._dot("qd,dn->qn", x, w, w.dtype), k_pool, method)
                   ).lower(prep.logit_weights, q).compile()
   prefixes = _prefixes(prep, q, k1, k_pool, method) if breakdown else {}
   # Interleave them all so a change in machine load hits each alike.

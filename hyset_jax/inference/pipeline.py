@@ -370,15 +370,22 @@ def stage1_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int,
                     ) -> tuple[jax.Array, jax.Array]:
   """Stage 1 from a prepared model: (ℓ f32[Q, N], the K1 tools of largest ℓ int32[Q, K1]);
   ℓ' with the lexical term (:func:`scoring.with_lexical`), -inf for a tool ``x.allowed`` rules
-  out. The backend's ``top_k`` kernel picks the K1 where it has one (native: the same tools in
-  the same order as ``jax.lax.top_k``)."""
+  out; the K1 by :func:`top_indices`."""
   x = query_inputs.of(x)
   logits = masks.mask_logits(scoring.with_lexical(
       prep.params, _dot("qd,dn->qn", _query_side(prep.params, x.embedding),
                         prep.logit_weights, prep.logit_weights.dtype),
       x.lexical_scores), x.allowed)
-  top_k = backends.get(method, k1).top_k
-  return logits, (top_k(logits, k1) if top_k is not None else jax.lax.top_k(logits, k1)[1])
+  return logits, top_indices(logits, k1, method)
+
+
+def top_indices(logits: jax.Array, k: int,
+                method: enumeration.Method | backends.Backend = enumeration.DEFAULT_METHOD
+                ) -> jax.Array:
+  """``jax.lax.top_k(logits, k)``'s indices, int32[Q, k], by the backend's ``top_k`` kernel
+  where it has one (native: the same indices, faster on a CPU)."""
+  kernel = backends.get(method, k).top_k
+  return kernel(logits, k) if kernel is not None else jax.lax.top_k(logits, k)[1]
 
 
 SCAN_CHUNK = 8  # queries per chunk of the expansion's full-scan fallback
