@@ -32,8 +32,9 @@ import numpy as np
 BM25_K1 = 1.5
 BM25_B = 0.75
 # β candidates chosen from on validation (0, no term, competes). Up to 64: on Seal-Tools, whose
-# requests name what the tools' texts say, validation rose with every doubling to β = 32 (the grid
-# ended at 8 before; 2026-12-04, docs/baselines.md); past 64 ℓ only breaks BM25's ties.
+# requests name what the tools' texts say, validation rose with every doubling to β = 32 and fell
+# at 64 (the grid ended at 8 before; 2026-12-04, docs/baselines.md). The per-tool head's lexical
+# variant (retrievers.heads.LexicalHeadRetriever) chooses from the same grid.
 WEIGHTS = (0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
 TOKENIZER = "hyset-bm25/1"  # normalize_text, bm25s English stop words, no stemming
 
