@@ -96,6 +96,11 @@ class ModelConfig:
   # abstained with at most 2 points of R@5 lost on the relevant validation queries. Off = the
   # paper (a set is always delivered).
   abstain: bool = False
+  # The set term's weight (terms/set_weight.py): after θ, the prior and the lexical term, stage 2
+  # scores F_align + γ·(F_set + F_cond) with γ chosen on validation from 0, 0.25, 0.5 and 2
+  # against γ = 1 (the paper's model), which wins ties. For libraries whose test sets are new
+  # combinations, where the trained pair terms can misjudge the set's size; off = the paper.
+  set_weight: bool = False
   # The ranking recorded in the model directory: "auto" picks greedy, logit, set-first,
   # set-mean or set-max on the validation split after training (the delivered set is the same
   # for all).

@@ -109,18 +109,21 @@ def test_validation_chooses_the_most_abstention_within_the_recall_budget():
 
 
 def test_select_runs_every_enabled_fit_in_registry_order():
-  """The loop strips every post-θ term, then fits those switched on, lexical before abstain."""
+  """The loop strips every post-θ term, then fits those switched on in registry order: lexical,
+  the set weight, abstain."""
   z, ids, splits = _synthetic(np.random.default_rng(2))
-  config = _config(abstain=True, lexical=True)
+  config = _config(abstain=True, lexical=True, set_weight=True)
   texts = tuple(f"tool number {i}" for i in range(N))
   data = types.SimpleNamespace(splits=splits, tool_ids=ids, tool_texts=texts)
   stale = parameters.init_params(z, D, M)._replace(
-      abstain=Abstention(np.zeros(D, np.float32), np.float32(0), np.float32(-1e9)))
+      abstain=Abstention(np.zeros(D, np.float32), np.float32(0), np.float32(-1e9)),
+      set_weight=np.float32(7))
   model = modeldir.ModelDir(stale, ids, M, K1, K, None)
   sel = post_theta.select(model, data, config)
-  assert [f["term"] for f in sel.fits] == ["lexical", "abstain"]
+  assert [f["term"] for f in sel.fits] == ["lexical", "set_weight", "abstain"]
   assert float(sel.model.params.abstain.threshold) > -1e9       # the stale one was refitted
-  assert all(k.split()[0] in ("lexical", "abstain") for k in sel.table)
+  assert sel.model.params.set_weight in (None, 0, 0.25, 0.5, 2)  # the stale 7 is gone
+  assert all(k.split()[0] in ("lexical", "set_weight", "abstain") for k in sel.table)
   written = post_theta.with_record(sel)
   assert written.manifest()["fits"] == sel.fits and written.ranking == sel.ranking
 

@@ -540,7 +540,8 @@ class McpTarget:
 # Valid models built as tests/test_terms.py builds them (one per term, none and all) and saved by
 # save_model_dir, once per process; each case mutates a decoded copy and writes it again, as a
 # model directory or as export.write_npz lays out an npz export.
-MODEL_VARIANTS = ["none", "tower", "conditioned", "prior", "lexical", "abstain", "all"]
+MODEL_VARIANTS = ["none", "tower", "conditioned", "prior", "lexical", "set_weight", "abstain",
+                  "all"]
 MODEL_FILES = ("manifest.json", "params.safetensors", "lexical.json", "model.npz")
 
 
@@ -593,15 +594,17 @@ MANIFEST_VALUES = st.one_of(
                      "set-mean", "logit", "set-first", "hyset/1", "hyset/2", "hyset/3",
                      "hyset/4", "hyset/5", "hyset/6", [], ["t0"], ["t0"] * 14,
                      [f"t{i}" for i in range(13)] + ["t0"], ["lexical"], ["prior", "prior"],
-                     ["tower", "conditioned", "prior", "lexical", "abstain"], ["nope"]]), ANY)
+                     ["tower", "conditioned", "prior", "lexical", "set_weight", "abstain"],
+                     ["nope"]]), ANY)
 MANIFEST_KEYS = st.sampled_from(["format", "terms", "tool_ids", "max_set_size", "k1", "k_pool",
                                  "query_encoder", "ranking", "fits", "other"])
-TERM_NAMES = st.sampled_from(["tower", "conditioned", "prior", "lexical", "abstain", "nope", ""])
+TERM_NAMES = st.sampled_from(["tower", "conditioned", "prior", "lexical", "set_weight", "abstain",
+                              "nope", ""])
 TENSOR_NAMES = st.sampled_from(
     ["tool_embeddings", "projection", "interaction_2", "interaction_3", "interaction_4",
      "tower_w_in", "tower_b_out", "conditioned_u", "conditioned_b", "prior_members", "prior_w",
-     "prior_b", "prior_weight", "prior_floor", "lexical_weight", "abstain_w", "abstain_b",
-     "abstain_threshold", "junk"]) | NAMES
+     "prior_b", "prior_weight", "prior_floor", "lexical_weight", "set_weight", "abstain_w",
+     "abstain_b", "abstain_threshold", "junk"]) | NAMES
 HEADER_VALUES = st.one_of(
     st.sampled_from(["F32", "F64", "F16", "BF16", "I32", "I64", "U8", "BOOL", "F8_E4M3", "f32",
                      "", None, MISSING, [], [0], [0, 1], [0, 10**6], [-4, 8], [8, 4], [0, 0],

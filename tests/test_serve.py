@@ -148,8 +148,13 @@ def test_concurrent_requests_share_device_calls(client):
   assert after["batches"] - before["batches"] < 12
   assert after["largest_batch"] > 1
   assert after["waiting"] == 0  # every request answered leaves the queue-depth gauge
-  # Same query, same answer, whatever batch it rode in.
-  assert results[0].json() == results[6].json()
+  # Same query, same answer, whatever batch it rode in: the same set and ranking; the score to
+  # float rounding (each power-of-two bucket is its own XLA program, and on some CPUs their
+  # matrix products round differently: 4.318925 vs 4.318924 seen on a 2-core AMD EPYC).
+  a, b = results[0].json(), results[6].json()
+  score_a, score_b = (r["results"][0].pop("set_score") for r in (a, b))
+  assert a == b
+  assert score_a == pytest.approx(score_b, rel=1e-5)
 
 
 def test_micro_batcher_groups_and_survives_failures():

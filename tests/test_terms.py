@@ -39,8 +39,10 @@ MAKERS = {
     "conditioned": lambda p, lex: (p._replace(conditioned=_base().conditioned), lex),
     "prior": lambda p, lex: (p._replace(prior=prior_in_shortlists(p, QUERIES, sets=12)), lex),
     "lexical": lambda p, lex: (p._replace(lexical_weight=np.float32(6)), LexicalIndex(TEXTS)),
+    "set_weight": lambda p, lex: (p._replace(set_weight=np.float32(SET_WEIGHT)), lex),
     "abstain": lambda p, lex: (p._replace(abstain=_half_abstain()), lex),
 }
+SET_WEIGHT = 0.0  # the set term off: some best sets change (checked below)
 
 
 def _half_abstain() -> Abstention:
@@ -76,6 +78,7 @@ VIEWS = {
         frozenset(md.tool_ids[t] for t in row if t >= 0): (w.tolist(), float(b))
         for row, w, b in zip(md.params.prior.members, md.params.prior.w, md.params.prior.b)},
     "lexical": lambda md: dict(zip(md.tool_ids, md.lexical.tool_texts)),
+    "set_weight": lambda md: float(md.params.set_weight),
     "abstain": lambda md: [np.asarray(a).tolist() for a in md.params.abstain],
 }
 
@@ -99,6 +102,10 @@ def test_the_matrix_covers_every_registered_term():
   # Abstention's cells compare something: half the queries get the empty set, half a set.
   for variant in ("abstain", "all"):
     assert sorted(np.asarray(want(build(variant)).set_size) == 0) == [False, False, True, True]
+  # The set weight's cells too: γ changes some of the best sets and every set score.
+  plain, weighted = want(build("none")), want(build("set_weight"))
+  assert not np.array_equal(plain.set_tools, weighted.set_tools)
+  assert not np.any(np.isclose(plain.set_score, weighted.set_score))
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -142,8 +142,12 @@ def _stage2(sl: Shortlist, pairs: jax.Array, *, k_pool: int, max_size: int,
             prior: scoring.SetPrior | None = None,
             query_emb: jax.Array | None = None,
             allowed: jax.Array | None = None,
-            abstention: scoring.Abstention | None = None) -> tuple[Reranked, ...]:
+            abstention: scoring.Abstention | None = None,
+            set_weight: jax.Array | None = None) -> tuple[Reranked, ...]:
   """Stage 2 once and the shortlist ranked by each of ``rankings`` (the set fields shared).
+
+  ``set_weight``: γ (the set_weight term; None: 1): the pair matrices ``pairs`` are scaled by
+  it before anything reads them, so the set, its score, the prior and the rankings see F'.
 
   With a seen-set ``prior`` (which reads ``query_emb``), Ê is the argmax of F' = F + the
   prior's bonus: the enumeration's argmax of F unless a seen set beats it
@@ -153,6 +157,8 @@ def _stage2(sl: Shortlist, pairs: jax.Array, *, k_pool: int, max_size: int,
   queries it answers with no tool (:func:`scoring.no_tool`); the rankings and the score stay.
   """
   tools = sl.tools
+  if set_weight is not None:
+    pairs = pairs * jnp.asarray(set_weight, pairs.dtype)
   if allowed is not None:
     logits, pairs = masks.penalise(sl.logits, pairs, allowed, max_size)
     sl = Shortlist(sl.tools, logits)
@@ -214,7 +220,7 @@ def rerank(params: HysetParams, x: QueryInputs | jax.Array, sl: Shortlist, *, k_
                  backend=backends.get(method, k_pool, max_size),
                  rankings=(DEFAULT_RANKING if ranking is None else ranking,),
                  prior=params.prior, query_emb=emb, allowed=_slots(x, sl.tools),
-                 abstention=params.abstain)[0]
+                 abstention=params.abstain, set_weight=params.set_weight)[0]
 
 
 def _prediction(sl: Shortlist, r: Reranked, allowed: jax.Array | None = None) -> Prediction:
@@ -483,7 +489,8 @@ def _predict_prepared(prep: PreparedModel, x: QueryInputs, k1: int, k_pool: int,
                for r in _stage2(sl, pairs, k_pool=k_pool, max_size=max_size, backend=backend,
                                 rankings=rankings, prior=prep.params.prior,
                                 query_emb=x.embedding, allowed=allowed,
-                                abstention=prep.params.abstain))
+                                abstention=prep.params.abstain,
+                                set_weight=prep.params.set_weight))
 
 
 @functools.partial(jax.jit, static_argnames=("k1", "k_pool", "max_size", "method", "ranking",

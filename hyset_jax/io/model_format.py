@@ -92,6 +92,7 @@ class Model(NamedTuple):
   lexical_weight: float | None = None  # β of the lexical term
   lexical: dict | None = None  # lexical.json: {"tokenizer", "k1", "b", "tool_texts"}
   abstain: tuple[np.ndarray, ...] | None = None  # (w f32[d_r], b f32[], threshold f32[] τ)
+  set_weight: float | None = None  # γ, the set term's weight in stage 2
   first_stage: dict | None = None  # None: exact; else {"kind": "ann", ...} (check_first_stage)
 
   @property

@@ -38,6 +38,9 @@ The rules, float32 throughout as in JAX:
   :func:`conditioned_pairs`); the first
   maximum in that order wins (so the smallest set on an exact tie). The set's tools are listed in
   ascending shortlist position.
+- Set weight (``set_weight``, tensor ``set_weight`` γ): every G_m above (the conditioned term
+  included) is multiplied by γ before stage 2 and the rankings read it, so F = F_align + γ·F_set;
+  the expansion keeps M_M as it is.
 - Seen-set prior (``prior``, ``prior_*`` tensors): F' = F + λ · max(0, log p(s | r) − log τ) for
   each subset that is one of the prior's sets s (p = softmax(r wᵀ + b) over them, r the query
   embedding itself), F' = F for the others; the best set is the first maximum of F' in the
@@ -340,6 +343,8 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
     if queries is None:
       raise ModelError("this model has a query-conditioned set term: stage2 needs the queries")
     pairs = pairs + conditioned_pairs(model, np.asarray(queries, np.float32), emb, max_size)
+  if model.set_weight is not None:
+    pairs = (pairs * np.float32(model.set_weight)).astype(np.float32)
   ok = np.ones((q, k), bool) if allowed is None else np.asarray(allowed, bool)
   if allowed is not None:
     logits = np.where(ok, logits, -np.inf).astype(np.float32)

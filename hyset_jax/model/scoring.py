@@ -119,6 +119,9 @@ class HysetParams(NamedTuple):
       Chosen on validation after θ, like the prior.
     abstain: abstention, or None (the paper's model: a set is always delivered). Fitted after θ
       (:mod:`hyset_jax.model.terms.abstain`).
+    set_weight: γ ≥ 0, f32[], or None (the paper's model: γ = 1): stage 2 scores
+      F_align + γ·(F_set + F_cond), the expansion keeps M_M as trained. Chosen on validation
+      after θ (:mod:`hyset_jax.model.terms.set_weight`).
   """
   tool_embeddings: jax.Array
   projection: jax.Array
@@ -128,6 +131,7 @@ class HysetParams(NamedTuple):
   prior: SetPrior | None = None
   lexical_weight: jax.Array | None = None
   abstain: Abstention | None = None
+  set_weight: jax.Array | None = None
 
   @property
   def max_set_size(self) -> int:

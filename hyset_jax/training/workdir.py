@@ -34,7 +34,7 @@ log = logging.getLogger("hyset_jax.training.train")
 
 CONFIG_FILE = "config.json"
 # Config keys that only change what is chosen after training: a rerun may change them.
-AFTER_TRAINING = frozenset({"model.lexical", "model.abstain"})
+AFTER_TRAINING = frozenset({"model.lexical", "model.abstain", "model.set_weight"})
 METRICS_FILE = "metrics.jsonl"
 LOCK_FILE = ".lock"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hyset_jax.io import model_format
 from hyset_jax.errors import UserError
-from hyset_jax.model.terms import abstain, conditioned, lexical, prior, tower
+from hyset_jax.model.terms import abstain, conditioned, lexical, prior, set_weight, tower
 from hyset_jax.model.terms.base import Term
 
 REGISTRY: dict[str, Term] = {t.name: t for t in (
@@ -18,6 +18,7 @@ REGISTRY: dict[str, Term] = {t.name: t for t in (
     conditioned.TERM,
     prior.TERM,
     lexical.TERM,
+    set_weight.TERM,
     abstain.TERM,
 )}
 

@@ -5,8 +5,8 @@ tensors (names, shapes, dtypes) are declared in the model schema (``model_schema
 :mod:`hyset_jax.io.model_format`); the rest is declared here, in the term's own module:
 
 - ``acts_on``: where it enters the score — ``query`` (the query side q(r) in front of P),
-  ``logits`` (a per-tool addition to ℓ), ``pairs`` (an addition to the pair matrices G_m of
-  stage 2), ``set`` (a bonus on F for some sets) or ``answer`` (whether the best set is
+  ``logits`` (a per-tool addition to ℓ), ``pairs`` (an addition to, or a weight on, the pair
+  matrices G_m of stage 2), ``set`` (a bonus on F for some sets) or ``answer`` (whether the best set is
   delivered at all);
 - ``inputs``: the per-query inputs it needs besides the query embedding (e.g. lexical scores);
 - ``reindex``: how it follows tool rows when the library changes (``hyset tools add|remove``,
