@@ -181,6 +181,23 @@ def test_interrupted_run_resumes_to_the_same_parameters(tmp_path):
 
 
 @pytest.mark.heavy
+def test_a_run_that_stopped_early_is_finished(tmp_path):
+  """Rerunning a workdir that stopped early (to rechoose what follows θ) trains no further."""
+  data = synthetic_data()
+  c = small_config(learning_rate=1e-12, patience=0, eval_every=2, checkpoint_every=2)
+  first = train.train_and_evaluate(c, tmp_path, data=data, progress=False, num_devices=1)
+  assert first["steps"] < c.train.num_steps       # θ barely moves: validation stalls
+  before = read_final(tmp_path)
+  again = train.train_and_evaluate(c, tmp_path, data=data, progress=False, num_devices=1)
+  assert again["steps"] == first["steps"] and again["best_step"] == first["best_step"]
+  for k, v in read_final(tmp_path).items():
+    np.testing.assert_array_equal(v, before[k], err_msg=k)
+  rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  steps = [r["step"] for r in rows if r["step"] > 0 and "ranking" not in r]
+  assert steps == sorted(set(steps)) and max(steps) == first["steps"]
+
+
+@pytest.mark.heavy
 def test_rewards_and_ablations_run(tmp_path):
   data = synthetic_data()
   c = small_config(config_lib.RewardConfig(provider="proxy", refresh_every=2, refresh_size=16),

@@ -328,7 +328,9 @@ def _train(config, workdir, data, provider, num_devices, progress, stop_after
   # Durations on the monotonic clock: a wall clock stepped back (NTP, a resumed VM) would make
   # them negative (examples_per_s < 0) or zero (a division by zero).
   t0, start, interrupted = time.monotonic(), loop.step, False
-  while loop.step < tc.num_steps:
+  # A run that stopped early is finished: a rerun (e.g. to rechoose what follows θ) must not
+  # train on from its last checkpoint, one step per rerun.
+  while loop.step < tc.num_steps and not _stopped_early(loop, tc):
     if stop_after is not None and loop.step - start >= stop_after:
       interrupted = True
       break
@@ -359,7 +361,7 @@ def _train(config, workdir, data, provider, num_devices, progress, stop_after
     _advance(bar, loss)
     if done % tc.checkpoint_every == 0 or done == tc.num_steps:
       save_checkpoint(mngr, state, loop)
-    if loop.stale_evals > tc.patience and done < tc.num_steps:
+    if _stopped_early(loop, tc) and done < tc.num_steps:
       log.info("early stop at step %d: no better val recall@5 for %d evaluations", done,
                loop.stale_evals)
       break
@@ -369,6 +371,11 @@ def _train(config, workdir, data, provider, num_devices, progress, stop_after
   if interrupted:
     return {"interrupted_at": loop.step}
   return _finish(state, loop, data, config, workdir, mlog, time.monotonic() - t0)
+
+
+def _stopped_early(loop, tc) -> bool:
+  """Whether validation has not improved for more than ``tc.patience`` evaluations."""
+  return loop.stale_evals > tc.patience
 
 
 def _finish(state, loop, data, config, workdir, mlog, seconds) -> dict[str, Any]:
