@@ -6,21 +6,15 @@ import types
 
 import numpy as np
 
-from hyset_jax import config as config_lib
 from hyset_jax.inference import pipeline
 from hyset_jax.io import modeldir
 from hyset_jax.model import parameters, terms
 from hyset_jax.training import post_theta
 from hyset_jax.training.train_data import QuerySet
 
-N, D, M, K1, K = 24, 8, 3, 4, 8
+from test_abstain import D, K, K1, M, N, _config  # the same small post-θ setting
+
 TERM = terms.REGISTRY["set_weight"]
-
-
-def _config(**model):
-  c = config_lib.resolve("tiny", [f"model.k1={K1}", f"model.k_pool={K}",
-                                  f"model.max_set_size={M}", "train.eval_batch_size=16"])
-  return config_lib.validate(dataclasses.replace(c, model=dataclasses.replace(c.model, **model)))
 
 
 def _data(rng, pairs: bool):
