@@ -16,4 +16,5 @@ def get_config() -> Config:
   c.train.tool_loss_weight, c.train.shortlist_negatives = 0.0, 0.0
   c.train.exhaustive_loss_weight = 0.0
   c.model.set_prior = False
+  c.model.lexical = False
   return c
