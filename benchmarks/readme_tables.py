@@ -104,7 +104,8 @@ def quality_table() -> list[str]:
   gaps = " / ".join(signed(v - TOOLLENS_TARGET[k]) for v, k in zip(fr, keys))
   colt_r3 = fr[0] - COLT["recall@3"]
   frozen_row = (
-      "| ToolLens official (1,877), frozen MiniLM | `hyset train --config toollens` | "
+      "| ToolLens official (1,877), frozen MiniLM | `hyset train --config toollens` (before "
+      "12-04's lexical term) | "
       + ", ".join(f"{n} {pm(frozen, PRESET, k)}" for n, k in zip(("R@3", "COMP@3", "COMP@5"), keys))
       + " | set classifier: " + ", ".join(f"{v:.2f}" for v in fr_cls)
       + "; COLT (published, tuned encoder): "
