@@ -39,7 +39,7 @@ The rules, float32 throughout as in JAX:
   maximum in that order wins (so the smallest set on an exact tie). The set's tools are listed in
   ascending shortlist position.
 - Set weight (``set_weight``, tensor ``set_weight`` γ): every G_m above (the conditioned term
-  included) is multiplied by γ before stage 2 and the rankings read it, so F = F_align + γ·F_set;
+  included) is multiplied by γ before stage 2 and the rankings read it: F = F_align + γ·F_set;
   the expansion keeps M_M as it is.
 - Seen-set prior (``prior``, ``prior_*`` tensors): F' = F + λ · max(0, log p(s | r) − log τ) for
   each subset that is one of the prior's sets s (p = softmax(r wᵀ + b) over them, r the query
