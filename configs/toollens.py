@@ -7,9 +7,9 @@ shortlist negatives (train.shortlist_negatives), the exhaustive-shortlist loss
 (train.exhaustive_loss_weight), a one-layer query tower (model.tower_depth), the
 query-conditioned set term of rank 128 (model.conditioned, model.conditioned_rank), the
 seen-set prior (model.set_prior: kept only when validation chooses it) and the lexical term
-(model.lexical: β chosen on validation, β = 0 competing); `--config paper` removes all seven. 1,000 steps keep a run under 10 minutes on a 2-core CPU
-(515 s measured, 2026-12-01); 1,500 steps gain about 0.5-1 point on the test metrics
-(docs/results.md).
+(model.lexical: β chosen on validation, β = 0 competing); `--config paper` removes all seven.
+1,000 steps keep a run under 10 minutes on a 2-core CPU (515 s measured, 2026-12-01); 1,500
+steps gain about 0.5-1 point on the test metrics (docs/results.md).
 """
 from hyset_jax.config import Config, DataConfig, ModelConfig, TrainConfig, shared_data
 

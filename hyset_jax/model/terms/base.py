@@ -6,8 +6,8 @@ tensors (names, shapes, dtypes) are declared in the model schema (``model_schema
 
 - ``acts_on``: where it enters the score — ``query`` (the query side q(r) in front of P),
   ``logits`` (a per-tool addition to ℓ), ``pairs`` (an addition to, or a weight on, the pair
-  matrices G_m of stage 2), ``set`` (a bonus on F for some sets) or ``answer`` (whether the best set is
-  delivered at all);
+  matrices G_m of stage 2), ``set`` (a bonus on F for some sets) or ``answer`` (whether the
+  best set is delivered at all);
 - ``inputs``: the per-query inputs it needs besides the query embedding (e.g. lexical scores);
 - ``reindex``: how it follows tool rows when the library changes (``hyset tools add|remove``,
   a model carried onto another library); required for a term whose tensors or file refer to

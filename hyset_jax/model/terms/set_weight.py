@@ -1,5 +1,5 @@
-"""The set term's weight (not in the paper): γ ≥ 0, chosen on validation after θ, so that stage 2
-scores F'(x, E) = F_align + γ·(F_set + F_cond) — the pair matrices G_m scaled by γ. The
+"""The set term's weight (not in the paper): γ ≥ 0, chosen on validation after θ, so that
+stage 2 scores F'(x, E) = F_align + γ·(F_set + F_cond) — the pair matrices G_m scaled by γ. The
 paper's model is γ = 1 (the term absent), which wins ties. The expansion (Eq. 13) keeps M_M as
 trained: γ weighs the set term in the score, not which tools are candidates.
 
