@@ -26,7 +26,9 @@ Settings (each split is made by the setting's own builder, from the seed):
   ``--target-queries`` TARGET training queries; the in-domain row is TARGET's own model;
 - ``dist-base``, ``dist-1000``, ``dist-10000``, ``dist-100000``: the data set's model scored on
   its test split with the library padded by benchmarks/distractors.py (real tools of other data
-  sets, then generated ones) to that size; ``dist-base`` is the library as it is.
+  sets, then generated ones) to that size; ``dist-base`` is the library as it is. Beside it the
+  ``hyset-padded`` row: the same preset trained on the same queries with the padded library in
+  place (the distractors among its negatives) — the library grown before training, not after.
 
 HYSET is each data set's preset (``--set`` overrides apply to every training). A cell is
 (setting, data set, method, seed) and writes ``<out>/cells/<setting>/<data>/<method>[/s<seed>]/``
@@ -37,7 +39,10 @@ The table: R@5 and COMP@5 (mean ± std over seeds; in the split settings the spl
 the seed too), the ratio the paper states (recovers / retains X%, +Y% over the best baseline,
 Δ under distractors), HYSET against the best baseline on the seed-0 predictions (paired
 bootstrap, exact McNemar: benchmarks/paper_report.py), the paper's figure (its text gives only
-the ratios quoted; "—" where it gives none), and each setting's wall time. Written to
+the ratios quoted; "—" where it gives none), and each setting's wall time. For the UC
+settings a second table splits COMP@5 between the test queries whose every gold tool some
+training query names and the rest, with the share of full supervision that a model answering
+the first as UC-full does and the rest as the best row does would recover. Written to
 ``--results``/``<tag>.{md,json,png}``; the full run's duration is estimated from the cells.
 """
 from __future__ import annotations
@@ -76,7 +81,7 @@ CD_BASELINES = pc.UNTRAINED
 DIST_BASELINES = ("bm25", "dense")
 QUICK_METHODS = ("hyset", "hyset-in-domain", "bm25", "dense", "fusion", "linear-head",
                  "set-classifier", "cardinality", "mmr", "facility-location")
-METHODS = ("hyset", "hyset-in-domain", *pc.BASELINES)
+METHODS = ("hyset", "hyset-in-domain", "hyset-padded", *pc.BASELINES)
 QUICK_STEPS, QUICK_ADAPT_STEPS, QUICK_PAIRS = 60, 20, ("toollens:toolbench",)
 # --quick leaves out what repeats a setting kind: 1- and 10-shot (5-shot is the paper's figure)
 # and the two larger distractor libraries (their encoding dominates).
@@ -129,6 +134,7 @@ def build_plan(settings: list[str], datasets: list[str], pairs: list[str], metho
   for setting in settings:
     for data in (pairs if setting in CD_SETTINGS else datasets):
       own = ["hyset", *(["hyset-in-domain"] if setting in CD_SETTINGS else []),
+             *(["hyset-padded"] if setting in DIST_SETTINGS[1:] else []),
              *baselines_of(setting)]
       for method in (m for m in own if m in methods):
         for seed in (seeds if _seeded(setting, method) else [None]):
@@ -325,8 +331,40 @@ def hyset_model(cell: Cell, out: pathlib.Path, args: Any) -> tuple[pathlib.Path,
     wd2, adapted = train(out, args, data_spec(source)[1], spec, seed,
                          f"CD-{source}-{target}-adapted", init=wd / "best")
     return wd2 / "best", [rec, adapted]
+  if cell.method == "hyset-padded":
+    wd, rec = padded_native(out, args, data, int(cell.setting.split("-")[1]), seed)
+    return wd / "best", [rec]
   wd, rec = native(out, args, data, seed)
   return wd / "best", [rec]
+
+
+def padded_native(out: pathlib.Path, args: Any, data: str, size: int, seed: int
+                  ) -> tuple[pathlib.Path, dict]:
+  """:func:`native` on the library padded to ``size`` as the setting scores it: the same
+  training and validation queries, the distractors in the library while θ is trained (uniform
+  and hard negatives, the shortlist, validation) — the library grown before training rather
+  than after it."""
+  from benchmarks import cross_domain, unseen_split
+  from hyset_jax import config as config_lib
+  from hyset_jax.data.types import Dataset
+  spec, preset = data_spec(data)
+  m = config_lib.resolve(preset, list(args.overrides)).model.max_set_size
+  work = out / "cd_data"
+  work.mkdir(parents=True, exist_ok=True)
+  fitting = fit_data(cross_domain._fitting(data, m, work))
+  root = work / f"data_{data}_m{m}_padded{size}"
+  if not (root / "qrels").exists():
+    from benchmarks import distractors
+    library = distractors.padded(_load(spec).tools, list(distractor_texts(data, size)), size)
+    tmp = root.with_name(root.name + ".tmp")
+    if tmp.exists():
+      import shutil
+      shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    unseen_split.write_beir(tmp, Dataset(f"{data}-padded", library, {}),
+                            {"train": fitting[0], "validation": fitting[1]})
+    tmp.rename(root)
+  return train(out, args, preset, f"beir:{root}", seed, f"padded-{data}-{size}")
 
 
 def build_retriever(cell: Cell, sd: SettingData, out: pathlib.Path, args: Any
@@ -399,7 +437,7 @@ def tables(plan: list[Cell], out: pathlib.Path, args: Any) -> list[dict]:
   """One paper_report.table per (setting, data set), with its setting, wall time and the
   paper's figure; then the derived ratios, which need other settings' rows."""
   from benchmarks import paper_report
-  docs = []
+  docs, comp5 = [], {}
   for setting, data in dict.fromkeys((c.setting, c.data) for c in plan):
     cells = [c for c in plan if (c.setting, c.data) == (setting, data)]
     first = min((c.seed for c in cells if c.seed is not None), default=0)
@@ -411,10 +449,79 @@ def tables(plan: list[Cell], out: pathlib.Path, args: Any) -> list[dict]:
     doc.update(setting=setting, data=data, wall_s=round(sum(_result(out, c)["wall_s"]
                                                            for c in cells), 1),
                paper=_paper(setting, data))
+    if setting.startswith("UC-"):
+      spec = uc_settings(out, data, first)[_uc_name(setting)]["spec"]
+      named = labelled(spec, tuple(queries))
+      doc["labels"] = labels(rows, named)
+      comp5[setting, data] = (named, {k: r["first"]["comp@5"] for k, r in rows.items()})
     docs.append(doc)
   for doc in docs:
     doc["derived"] = derived(doc, docs)
+    if doc["setting"] != "UC-full" and ("UC-full", doc["data"]) in comp5 and "labels" in doc:
+      doc["labels"]["ceiling"] = ceiling(*comp5[doc["setting"], doc["data"]],
+                                         comp5["UC-full", doc["data"]][1].get("hyset"))
   return docs
+
+
+# --- where the labels reach (UC) -------------------------------------------------------------
+
+def labelled(spec: str, queries: tuple) -> np.ndarray:
+  """bool[Q]: whether a training query of ``spec`` names every gold tool of each query — what
+  the held-out categories' shots label (UC-0: none of their tools; UC-full: all)."""
+  train, _ = fit_data(spec)
+  named = {t for q in train for t in q.gold}
+  return np.array([set(q.gold) <= named for q in queries], bool)
+
+
+def labels(rows: dict[str, dict], named: np.ndarray) -> dict:
+  """The share of test queries whose gold tools the training labels, and each row's COMP@5 on
+  those and on the rest (the first seed's predictions)."""
+  part = lambda a, m: float(a[m].mean()) if m.any() else None
+  return {"labelled": float(named.mean()), "queries": int(named.size),
+          "rows": {k: {"labelled": part(r["first"]["comp@5"], named),
+                       "unlabelled": part(r["first"]["comp@5"], ~named)}
+                   for k, r in rows.items()}}
+
+
+def ceiling(named: np.ndarray, comp5: dict[str, np.ndarray], full: np.ndarray | None
+            ) -> dict | None:
+  """What a k-shot model would recover of full supervision (HYSET's UC-full COMP@5) if it
+  answered the queries whose tools the shots label as well as the fully supervised model
+  does, and the others as well as the best row here does: {"share", "best_unlabelled"}.
+
+  Not a bound (a better zero-shot method would lift the second part), but the shots cannot
+  teach a tool they never name."""
+  if full is None or not full.mean():
+    return None
+  rest = {k: float(a[~named].mean()) for k, a in comp5.items() if (~named).any()}
+  best = max(rest, key=rest.get) if rest else None
+  got = full[named].sum() + (rest[best] * (~named).sum() if best else 0.0)
+  return {"share": float(got / full.sum()), "best_unlabelled": best}
+
+
+def labels_markdown(docs: list[dict]) -> list[str]:
+  """The UC settings' labelled/unlabelled split of COMP@5 (first seed), with the ceiling."""
+  uc = [d for d in docs if "labels" in d]
+  if not uc:
+    return []
+  lines = ["## Held-out categories: what the labels reach", "",
+           "Test queries whose every gold tool some training query names (the shots name only "
+           "their own tools) against the rest; COMP@5 in percent, first seed. \"ceiling\": "
+           "the share of UC-full's HYSET COMP@5 a model would recover answering the first "
+           "group as the fully supervised model does and the rest as the best row here does.",
+           "", "| setting | data | labelled queries | method | COMP@5, labelled | COMP@5, rest "
+           "| ceiling |", "|---|---|---:|---|---:|---:|---|"]
+  pct = lambda v: "–" if v is None else f"{100 * v:.2f}"
+  for doc in uc:
+    lab, top = doc["labels"], doc["labels"].get("ceiling")
+    for i, (key, row) in enumerate(lab["rows"].items()):
+      cap = ("–" if i or not top else
+             f"{100 * top['share']:.1f}% (rest as {doc['rows'][top['best_unlabelled']]['label']})")
+      lines.append(f"| {doc['setting'] if i == 0 else ''} | {doc['data'] if i == 0 else ''} | "
+                   + (f"{100 * lab['labelled']:.1f}% of {lab['queries']:,}" if i == 0 else "")
+                   + f" | {doc['rows'][key]['label']} | {pct(row['labelled'])} | "
+                   f"{pct(row['unlabelled'])} | {cap} |")
+  return lines + [""]
 
 
 def _paper(setting: str, data: str) -> dict[str, str]:
@@ -461,12 +568,15 @@ def derived(doc: dict, docs: list[dict]) -> dict[str, dict]:
                                 f"{100 * (v - 1):+.1f}% COMP@5 over the best baseline ({top})",
                                 "value": v}
   elif setting in DIST_SETTINGS[1:]:
+    # Both HYSET rows against the one undistracted model (the padded one's library grew before
+    # training, the other's after).
     ref = find("dist-base")
-    if ref and "hyset" in doc["rows"] and "hyset" in ref["rows"]:
-      m, r = doc["rows"]["hyset"]["metrics"], ref["rows"]["hyset"]["metrics"]
-      d = {k: 100 * (m[k]["mean"] - r[k]["mean"]) for k in ("recall@5", "comp@5")}
-      got["hyset"] = {"text": f"Δ vs the undistracted library: R@5 {d['recall@5']:+.2f}, "
-                              f"COMP@5 {d['comp@5']:+.2f} points", "value": d["comp@5"]}
+    for key in ("hyset", "hyset-padded"):
+      if ref and key in doc["rows"] and "hyset" in ref["rows"]:
+        m, r = doc["rows"][key]["metrics"], ref["rows"]["hyset"]["metrics"]
+        d = {k: 100 * (m[k]["mean"] - r[k]["mean"]) for k in ("recall@5", "comp@5")}
+        got[key] = {"text": f"Δ vs the undistracted library: R@5 {d['recall@5']:+.2f}, "
+                            f"COMP@5 {d['comp@5']:+.2f} points", "value": d["comp@5"]}
   elif best and "hyset" in doc["rows"]:
     got["hyset"] = over(best["ratio"])
   return got
@@ -543,6 +653,8 @@ def trainings_of(cell: Cell) -> list[str]:
     name = _uc_name(cell.setting)
     tags = ([f"UC-{data}-full"] if name == "full" else
             [f"UC-{data}-base"] + ([] if name == "base" else [f"UC-{data}-{name}"]))
+  elif cell.method == "hyset-padded":
+    tags = [f"padded-{data}-{cell.setting.split('-')[1]}"]
   elif cell.setting in CD_SETTINGS:
     source, target = data.split(":")
     tags = ([f"native-{target}"] if cell.method == "hyset-in-domain" else
@@ -820,7 +932,7 @@ def build_report(plan: list[Cell], args: Any, ran: dict[str, float], wall_s: flo
         "COMP@5). \"paper\": the figure its text (§3.4-3.5) states; \"—\": none given. "
         "\"setting wall\": the seconds its cells took (each model's training is counted in "
         "the first cell that needed it).", "", "## Table 3: generalisation settings", "",
-        *markdown(docs), "", "## Time", "",
+        *markdown(docs), "", *labels_markdown(docs), "## Time", "",
         f"This invocation: {wall_s / 60:.1f} min wall for {len(ran)} cells run "
         f"({len(plan) - len(ran)} reused).", *est["lines"],
         f"- the full Table 3 within one night (≤ 12 h): {'met' if night else 'missed'} "

@@ -8,6 +8,7 @@ import functools
 import json
 import pathlib
 
+import numpy as np
 import pytest
 
 from benchmarks import paper_table3 as t3
@@ -75,7 +76,8 @@ def stand_in(tmp_path, monkeypatch, shared_data):
   (tmp_path / "res").mkdir()
   argv = ["--table", "3", "--settings", "UT", "UC-0", "UC-5", "UC-full", "sets", "CD",
           "CD+target", "dist-base", "dist-1000", "--datasets", "toollens", "--pairs",
-          "toollens:toolbench", "--methods", "hyset", "hyset-in-domain", "bm25", "--seeds", "0",
+          "toollens:toolbench", "--methods", "hyset", "hyset-in-domain", "hyset-padded", "bm25",
+          "--seeds", "0",
           "--max-queries", "60", "--out", str(tmp_path / "out"), "--results",
           str(tmp_path / "res"), "--tag", "t", "--resamples", "200"]
   return argv, trained, tmp_path
@@ -100,6 +102,9 @@ def test_plan_applies_the_baselines_of_each_setting():
       "native-ultratool/s0", "CD-ultratool-seal_tools-adapted/s0"]
   assert of("CD", "ultratool:seal_tools", "hyset-in-domain", 0) == ["native-seal_tools/s0"]
   assert of("dist-1000", "toollens", "dense", None) == []
+  assert of("dist-1000", "toollens", "hyset-padded", 2) == ["padded-toollens-1000/s2"]
+  assert "dist-1000/toollens/hyset-padded/s1" in names
+  assert not any("hyset-padded" in n for n in names if not n.startswith("dist-1000"))
 
 
 def test_table3_models_resume_and_derived_figures(stand_in, capsys):
@@ -112,6 +117,12 @@ def test_table3_models_resume_and_derived_figures(stand_in, capsys):
       t for t, _ in trained}
   out = tmp / "out" / "cells"
   assert json.loads((out / "dist-1000/toollens/bm25/result.json").read_text())["tools"] == 1000
+  # The padded model trains on the native model's queries over the library the setting scores.
+  assert ("padded-toollens-1000", None) in trained
+  padded = load_dataset(f"beir:{tmp / 'out' / 'cd_data' / 'data_toollens_m3_padded1000'}")
+  native = load_dataset(f"beir:{tmp / 'out' / 'cd_data' / 'data_toollens_m3'}")
+  assert len(padded.tools) == 1000 and padded.tools.ids[:len(native.tools)] == native.tools.ids
+  assert padded.split("train") == native.split("train")
   doc = json.loads((tmp / "res" / "t.json").read_text())
   assert doc["provenance"]["command"].startswith("python -m benchmarks.paper_tables --table 3")
   by = {(d["setting"], d["data"]): d for d in doc["tables"]}
@@ -123,13 +134,30 @@ def test_table3_models_resume_and_derived_figures(stand_in, capsys):
       comp(*cd) / comp(*cd, "hyset-in-domain"))
   assert by[cd]["derived"]["hyset-in-domain"]["value"] == pytest.approx(
       comp(*cd, "hyset-in-domain") / comp(*cd, "bm25"))
+  dist = by[("dist-1000", "toollens")]["derived"]
+  assert dist["hyset-padded"]["value"] == pytest.approx(
+      100 * (comp("dist-1000", r="hyset-padded") - comp("dist-base")))
+  assert "hyset" in dist
   sets = by[("sets", "toollens")]
   assert sets["vs_best"]["comp@5"]["best"] == "bm25"
   assert comp("sets", r="bm25") == 0 and sets["derived"]["hyset"] == {"text": "n/a",
                                                                       "value": None}
   assert by[("UC-5", "toollens")]["rows"]["hyset"]["metrics"] != by[("UC-0", "toollens")][
       "rows"]["hyset"]["metrics"]                          # the adapted model was scored
+  # Where the labels reach: the shots name some held-out tools, the base none, full all; the
+  # two parts of COMP@5 add up to the row's, and the ceiling is against UC-full's HYSET.
+  # (The first 60 test queries' tools are all held out; the shots name none of them:
+  # test_labels below has both kinds.)
+  lab = {s: by[(s, "toollens")]["labels"] for s in ("UC-0", "UC-5", "UC-full")}
+  assert lab["UC-0"]["labelled"] == 0 and lab["UC-full"]["labelled"] == 1
+  assert lab["UC-5"]["rows"]["hyset"]["unlabelled"] == pytest.approx(comp("UC-5"))
+  assert lab["UC-0"]["rows"]["bm25"]["labelled"] is None
+  top = lab["UC-0"]["ceiling"]
+  assert top["share"] == pytest.approx(max(lab["UC-0"]["rows"][k]["unlabelled"]
+                                           for k in ("hyset", "bm25")) / comp("UC-full"))
+  assert "ceiling" not in lab["UC-full"] and 0 < lab["UC-5"]["ceiling"]["share"]
   md = (tmp / "res" / "t.md").read_text()
+  assert "## Held-out categories: what the labels reach" in md
   for figure in ("recovers 93.2%", "retains 79.9%", "+13.1% COMP@5", "stable (no figure"):
     assert figure in md
   # Cells of cut test splits (--max-queries) do not stand for the full run's: the estimate is
@@ -147,6 +175,28 @@ def test_table3_models_resume_and_derived_figures(stand_in, capsys):
   log = capsys.readouterr().out
   assert "1 to run" in log and "UT/toollens/hyset/s0: finished before, skipped" in log
   assert len(pred.read_text().splitlines()) == 60
+
+
+def test_labels_split_comp_at_5_by_what_training_names(tmp_path):
+  from hyset_jax.data.types import Query
+  train = [Query("a", "x", ("t1", "t2")), Query("b", "y", ("t3",))]
+  test = (Query("c", "u", ("t1", "t3")), Query("d", "v", ("t1", "t9")), Query("e", "w", ("t2",)))
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(t3, "fit_data", lambda spec: (tuple(train), ()))
+    named = t3.labelled("beir:x", test)
+  assert named.tolist() == [True, False, True]
+  rows = {"hyset": {"first": {"comp@5": np.array([1.0, 0.0, 0.0])}},
+          "bm25": {"first": {"comp@5": np.array([0.0, 1.0, 1.0])}}}
+  got = t3.labels(rows, named)
+  assert got["labelled"] == pytest.approx(2 / 3) and got["queries"] == 3
+  assert got["rows"]["hyset"] == {"labelled": 0.5, "unlabelled": 0.0}
+  assert got["rows"]["bm25"] == {"labelled": 0.5, "unlabelled": 1.0}
+  # Full supervision answers queries 0 and 2 (its labelled ones: 2) and not 1; BM25 answers
+  # the unlabelled one: (2 + 1) / 2.
+  full = np.array([1.0, 0.0, 1.0])
+  top = t3.ceiling(named, {k: r["first"]["comp@5"] for k, r in rows.items()}, full)
+  assert top == {"share": 1.5, "best_unlabelled": "bm25"}
+  assert t3.ceiling(named, {}, np.zeros(3)) is None
 
 
 def test_bad_pair_is_a_user_error(stand_in, capsys):
