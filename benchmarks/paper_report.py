@@ -264,7 +264,8 @@ def plot(docs: list[dict], path: pathlib.Path) -> None:
         ys.append(100 * m["mean"])
         es.append(100 * (m["std"] or 0))
     label = next(d["rows"][key]["label"] for d in docs if key in d["rows"])
-    ax.bar(xs, ys, width, yerr=es, label=label, capsize=1.5)
+    # tab20: up to 20 rows in distinct colours (the default cycle repeats after 10).
+    ax.bar(xs, ys, width, yerr=es, label=label, capsize=1.5, color=plt.get_cmap("tab20")(j % 20))
   ax.set_xticks(range(len(docs)), [d["title"].split(" (")[0] + d["title"].split(")")[-1]
                                    for d in docs], fontsize=7, rotation=20, ha="right")
   ax.set_ylabel("COMP@5 (% of test queries)")
