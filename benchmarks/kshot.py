@@ -49,10 +49,11 @@ def _hyset(*args: str) -> None:
 
 
 def _write_setting(root: pathlib.Path, library, train, validation, test) -> str:
-  """A BEIR folder over the whole library with the given splits; returns its spec."""
+  """A BEIR folder over the whole library with the given splits (an empty one left out); returns
+  its spec. Written once: a finished folder (renamed into place whole) is reused."""
   from benchmarks import unseen_split
   from hyset_jax.data.types import Dataset
-  if not (root / "qrels" / "test.tsv").exists():
+  if not (root / "qrels").is_dir():
     tmp = root.with_name(root.name + ".tmp")
     if tmp.exists():
       import shutil

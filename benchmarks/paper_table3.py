@@ -344,27 +344,16 @@ def padded_native(out: pathlib.Path, args: Any, data: str, size: int, seed: int
   training and validation queries, the distractors in the library while θ is trained (uniform
   and hard negatives, the shortlist, validation) — the library grown before training rather
   than after it."""
-  from benchmarks import cross_domain, unseen_split
+  from benchmarks import cross_domain, distractors, kshot
   from hyset_jax import config as config_lib
-  from hyset_jax.data.types import Dataset
   spec, preset = data_spec(data)
   m = config_lib.resolve(preset, list(args.overrides)).model.max_set_size
   work = out / "cd_data"
   work.mkdir(parents=True, exist_ok=True)
   fitting = fit_data(cross_domain._fitting(data, m, work))
-  root = work / f"data_{data}_m{m}_padded{size}"
-  if not (root / "qrels").exists():
-    from benchmarks import distractors
-    library = distractors.padded(_load(spec).tools, list(distractor_texts(data, size)), size)
-    tmp = root.with_name(root.name + ".tmp")
-    if tmp.exists():
-      import shutil
-      shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    unseen_split.write_beir(tmp, Dataset(f"{data}-padded", library, {}),
-                            {"train": fitting[0], "validation": fitting[1]})
-    tmp.rename(root)
-  return train(out, args, preset, f"beir:{root}", seed, f"padded-{data}-{size}")
+  library = distractors.padded(_load(spec).tools, list(distractor_texts(data, size)), size)
+  padded = kshot._write_setting(work / f"data_{data}_m{m}_padded{size}", library, *fitting, ())
+  return train(out, args, preset, padded, seed, f"padded-{data}-{size}")
 
 
 def build_retriever(cell: Cell, sd: SettingData, out: pathlib.Path, args: Any
