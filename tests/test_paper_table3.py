@@ -223,3 +223,20 @@ def test_estimate_takes_a_measured_cell_over_the_reference(tmp_path):
   result["spec"]["max_queries"] = 60          # a cut test split stands for nothing
   (cell / "result.json").write_text(json.dumps(result))
   assert t3.estimate(tmp_path)["per_setting_s"]["UT"] == ref
+
+
+def test_an_unmeasured_padded_training_scales_the_largest_measured_one(tmp_path):
+  plan = [t3.Cell("dist-100000", "toollens", "hyset-padded", 0)]
+  ref = t3.estimate(tmp_path, plan)["per_setting_s"]["dist-100000"]
+  cell = tmp_path / "cells" / "dist-10000" / "toollens" / "hyset-padded" / "s0"
+  cell.mkdir(parents=True)
+  cell.joinpath("result.json").write_text(json.dumps(
+      {"complete": True, "wall_s": 1400.0, "tools": 10_000,
+       "spec": {"setting": "dist-10000", "data": "toollens", "method": "hyset-padded",
+                "seed": 0, "overrides": [], "max_queries": 0},
+       "trainings": [{"tag": "padded-toollens-10000", "preset": "toollens", "kind": "full",
+                      "steps": 1000, "wall_s": 1380.0, "workdir": str(tmp_path / "gone")}]}))
+  got = t3.estimate(tmp_path, plan)["per_setting_s"]["dist-100000"]
+  # The training 10× the measured 1,380 s in place of the reference's.
+  assert got - ref == pytest.approx(10 * 1380.0 - t3.reference_training_s(
+      "padded-toollens-100000", 1000), abs=0.2)
