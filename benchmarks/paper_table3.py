@@ -281,16 +281,26 @@ def train(out: pathlib.Path, args: Any, preset: str, spec: str, seed: int, tag: 
   return pathlib.Path(summary["workdir"]), record
 
 
-def native(out: pathlib.Path, args: Any, data: str, seed: int) -> tuple[pathlib.Path, dict]:
+def native(out: pathlib.Path, args: Any, data: str, seed: int, size: int = 0
+           ) -> tuple[pathlib.Path, dict]:
   """``data``'s own model: its preset on its training queries that fit the preset's M (as
-  cross_domain.py trains its source and in-domain models)."""
-  from benchmarks import cross_domain
+  cross_domain.py trains its source and in-domain models). ``size``: over the library padded to
+  that many tools as the distractor setting scores it, the distractors in the library while θ
+  is trained (uniform and hard negatives, the shortlist, validation) — the library grown before
+  training rather than after it."""
+  from benchmarks import cross_domain, distractors, kshot
   from hyset_jax import config as config_lib
   spec, preset = data_spec(data)
   m = config_lib.resolve(preset, list(args.overrides)).model.max_set_size
   work = out / "cd_data"
   work.mkdir(parents=True, exist_ok=True)
-  return train(out, args, preset, cross_domain._fitting(data, m, work), seed, f"native-{data}")
+  fitting = cross_domain._fitting(data, m, work)
+  if not size:
+    return train(out, args, preset, fitting, seed, f"native-{data}")
+  library = distractors.padded(_load(spec).tools, list(distractor_texts(data, size)), size)
+  padded = kshot._write_setting(work / f"data_{data}_m{m}_padded{size}", library,
+                                *fit_data(fitting), ())
+  return train(out, args, preset, padded, seed, f"padded-{data}-{size}")
 
 
 def hyset_model(cell: Cell, out: pathlib.Path, args: Any) -> tuple[pathlib.Path, list[dict]]:
@@ -331,29 +341,9 @@ def hyset_model(cell: Cell, out: pathlib.Path, args: Any) -> tuple[pathlib.Path,
     wd2, adapted = train(out, args, data_spec(source)[1], spec, seed,
                          f"CD-{source}-{target}-adapted", init=wd / "best")
     return wd2 / "best", [rec, adapted]
-  if cell.method == "hyset-padded":
-    wd, rec = padded_native(out, args, data, int(cell.setting.split("-")[1]), seed)
-    return wd / "best", [rec]
-  wd, rec = native(out, args, data, seed)
+  size = int(cell.setting.split("-")[1]) if cell.method == "hyset-padded" else 0
+  wd, rec = native(out, args, data, seed, size)
   return wd / "best", [rec]
-
-
-def padded_native(out: pathlib.Path, args: Any, data: str, size: int, seed: int
-                  ) -> tuple[pathlib.Path, dict]:
-  """:func:`native` on the library padded to ``size`` as the setting scores it: the same
-  training and validation queries, the distractors in the library while θ is trained (uniform
-  and hard negatives, the shortlist, validation) — the library grown before training rather
-  than after it."""
-  from benchmarks import cross_domain, distractors, kshot
-  from hyset_jax import config as config_lib
-  spec, preset = data_spec(data)
-  m = config_lib.resolve(preset, list(args.overrides)).model.max_set_size
-  work = out / "cd_data"
-  work.mkdir(parents=True, exist_ok=True)
-  fitting = fit_data(cross_domain._fitting(data, m, work))
-  library = distractors.padded(_load(spec).tools, list(distractor_texts(data, size)), size)
-  padded = kshot._write_setting(work / f"data_{data}_m{m}_padded{size}", library, *fitting, ())
-  return train(out, args, preset, padded, seed, f"padded-{data}-{size}")
 
 
 def build_retriever(cell: Cell, sd: SettingData, out: pathlib.Path, args: Any
