@@ -69,7 +69,7 @@ def test_neighbor_expansion_equals_the_full_scan(kind):
   np.testing.assert_array_equal(np.asarray(fast.tools), np.asarray(full.tools))
   np.testing.assert_allclose(np.asarray(fast.logits), np.asarray(full.logits), atol=1e-5)
   # The table answered (no fallback) for most queries of a random model.
-  logits = r @ prep.logit_weights
+  logits = r @ prep.logit_weights.T
   s0 = jnp.argsort(-logits, axis=1)[:, :k1].astype(jnp.int32)
   exp = neighbors.expand(prep.neighbors, logits, s0, k_pool - k1)
   if kind == "random":
@@ -81,7 +81,7 @@ def test_every_g_ties_when_m_is_zero_and_the_order_falls_back_to_logits():
   params = make_params(rng, 80, 8, 3)._replace(interactions=jnp.zeros((2, 8, 8)))
   r = jnp.asarray(rng.normal(size=(5, 8)), jnp.float32)
   prep = pipeline.prepare(params, max_size=3, k_pool=10)
-  logits = np.asarray(r @ prep.logit_weights)
+  logits = np.asarray(r @ prep.logit_weights.T)
   s0 = jnp.asarray(np.argsort(-logits, axis=1)[:, :4], jnp.int32)
   assert np.all(np.asarray(neighbors.expand(prep.neighbors, jnp.asarray(logits), s0, 6).tie))
   fast = pipeline.shortlist_prepared(prep, r, 4, 10)

@@ -117,7 +117,6 @@ def abstract_prepared(num_tools: int, dim: int, k_pool: int, max_size: int, mesh
   from hyset_jax.training import sharding
   rep = NamedSharding(mesh, PartitionSpec())
   by_tool = NamedSharding(mesh, PartitionSpec(sharding.TOOLS_AXIS)) if tools_sharded else rep
-  cols = NamedSharding(mesh, PartitionSpec(None, sharding.TOOLS_AXIS)) if tools_sharded else rep
   f32, width = jnp.float32, neighbors.width_for(k_pool, num_tools)
   params = HysetParams(tool_embeddings=_sds((num_tools, dim), f32, by_tool),
                        projection=_sds((dim, dim), f32, rep),
@@ -125,7 +124,7 @@ def abstract_prepared(num_tools: int, dim: int, k_pool: int, max_size: int, mesh
   table = neighbors.NeighborTable(ids=_sds((num_tools, width), jnp.int32, by_tool),
                                   scores=_sds((num_tools, width), f32, by_tool))
   products = pipeline.PRECISION_DTYPES[precision]
-  return pipeline.PreparedModel(params, _sds((dim, num_tools), products, cols),
+  return pipeline.PreparedModel(params, _sds((num_tools, dim), products, by_tool),
                                 _sds((num_tools, max_size - 1, dim), products, by_tool), table)
 
 

@@ -123,7 +123,7 @@ def measure(num_tools: int = 13_860, dim: int = 768, batch: int = 1, *, k1: int 
   # The dense pass picks its top K_pool as stage 1 picks its K1 (pipeline.top_indices), so the
   # ratio compares the two pipelines, not two top-k implementations.
   dense = jax.jit(lambda w, x: pipeline.top_indices(
-      pipeline._dot("qd,dn->qn", x, w, w.dtype), k_pool, method)
+      pipeline._dot("qd,nd->qn", x, w, w.dtype), k_pool, method)
                   ).lower(prep.logit_weights, q).compile()
   prefixes = _prefixes(prep, q, k1, k_pool, method) if breakdown else {}
   # Interleave them all so a change in machine load hits each alike.

@@ -64,10 +64,39 @@ def pad_sets(sets: Sequence[tuple[int, ...]], width: int) -> np.ndarray:
 
 @functools.partial(jax.jit, static_argnames=("k",))
 def gold_neighbors(z: jax.Array, gold: jax.Array, k: int) -> jax.Array:
-  """The k nearest tools (cosine under Z) of every gold member. int[B, M] -> int32[B, M, k]."""
-  sims = z[gold] @ z.T                                                 # [B, M, N]
+  """The k nearest tools (cosine under Z) of every gold member. int[..., M] -> int32[..., M, k]."""
+  sims = z[gold] @ z.T                                                 # [..., N]
   sims = jnp.where(jnp.arange(z.shape[0]) == gold[..., None], -jnp.inf, sims)
   return sharding.top_k(sims, k)[1].astype(jnp.int32)  # per tools shard under a mesh
+
+
+# Distinct gold tools are searched in blocks of this many rows, so that the steps of a run share
+# a few compiled shapes.
+NEIGHBOR_ROWS = 64
+
+
+def set_neighbors(z: jax.Array, gold_sets: Sequence[tuple[int, ...]], width: int,
+                  k: int) -> np.ndarray:
+  """:func:`gold_neighbors` of every member of ``gold_sets``, searched once per distinct tool.
+
+  A batch's gold sets repeat tools and are padded to ``width``; the search (a [rows, N] product
+  and a top-k) is the largest part of building a batch at large libraries (batch 256 at the
+  paper's scale: 1,280 padded member slots, ~750 distinct tools), so only the distinct tools
+  are searched, padded to a whole number of NEIGHBOR_ROWS blocks.
+
+  Returns:
+    int32[len(gold_sets), width, k]; padding slots hold 0.
+  """
+  out = np.zeros((len(gold_sets), width, k), np.int32)
+  tools = np.unique(np.fromiter((t for s in gold_sets for t in s), np.int64))
+  if not len(tools):
+    return out
+  rows = np.zeros(-(-len(tools) // NEIGHBOR_ROWS) * NEIGHBOR_ROWS, np.int32)
+  rows[:len(tools)] = tools
+  found = np.asarray(gold_neighbors(z, rows, k))[:len(tools)]         # [distinct, k]
+  for i, s in enumerate(gold_sets):
+    out[i, :len(s)] = found[np.searchsorted(tools, s)]
+  return out
 
 
 _shortlist = jax.jit(pipeline.shortlist, static_argnames=("k1", "k_pool", "max_size"))
@@ -92,8 +121,7 @@ def make_batch(step: int, params: HysetParams, queries: QuerySet, rows: Sequence
   """
   idx = batch_indices(tc.seed, step, tc.batch_size, len(queries.ids))
   gold = [queries.gold[i] for i in idx]
-  nbrs = np.asarray(gold_neighbors(params.tool_embeddings, pad_sets(gold, mc.max_set_size),
-                                   tc.hard_neighbors))
+  nbrs = set_neighbors(params.tool_embeddings, gold, mc.max_set_size, tc.hard_neighbors)
   shortlists = None
   if tc.shortlist_negatives or tc.exhaustive_loss_weight:
     shortlists = np.asarray(_shortlist(params, queries.embeddings[idx], k1=mc.k1,

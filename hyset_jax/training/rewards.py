@@ -143,14 +143,12 @@ def refresh(provider: RewardProvider, params, queries, tool_ids: Sequence[str], 
   rng = np.random.default_rng((tc.seed, 0xBEEF, step))
   rows = rng.choice(len(queries.ids), size=min(refresh_size, len(queries.ids)), replace=False)
   gold = [queries.gold[r] for r in rows]
-  padded = batches.pad_sets(gold, mc.max_set_size)
   cache = {}
   for start in range(0, len(rows), tc.eval_batch_size):
     chunk = list(range(start, min(start + tc.eval_batch_size, len(rows))))
-    nbrs = np.asarray(batches.gold_neighbors(params.tool_embeddings, padded[chunk],
-                                             tc.hard_neighbors))
-    nb = np.zeros((len(gold),) + nbrs.shape[1:], np.int32)
-    nb[chunk] = nbrs
+    nb = np.zeros((len(gold), mc.max_set_size, tc.hard_neighbors), np.int32)
+    nb[chunk] = batches.set_neighbors(params.tool_embeddings, [gold[j] for j in chunk],
+                                      mc.max_set_size, tc.hard_neighbors)
     pools = negatives.sample_pools(gold, chunk, num_tools=len(tool_ids), k_neg=tc.k_neg,
                                    max_size=mc.max_set_size, mix=tc.negative_mix, neighbors=nb,
                                    seed=tc.seed ^ 0xBEEF, step=step)
