@@ -67,7 +67,20 @@ def test_best_set_and_set_mean_are_exact_under_the_prior(method):
                           ranking="set-mean")
   by_max = pipeline.predict(with_prior, queries, k1=K1, k_pool=K, max_size=M, method=method,
                              ranking="set-max")
-  changed = 0
+  by_first = pipeline.predict(with_prior, queries, k1=K1, k_pool=K, max_size=M, method=method,
+                               ranking="set-first")
+  # The same prior naming every tool as well (singletons whose bonus is 0: a bias far below
+  # the floor), so that set-max ranks every query by F'.
+  full = prior._replace(
+      members=np.concatenate([prior.members, np.full((N, prior.members.shape[1]), -1,
+                                                      prior.members.dtype)]),
+      w=np.concatenate([prior.w, np.zeros((N, D), np.float32)]),
+      b=np.concatenate([prior.b, np.full(N, -1e4, np.float32)]))
+  full.members[len(prior.members):, 0] = np.arange(N)
+  by_max_named = pipeline.predict(params._replace(prior=full), queries, k1=K1, k_pool=K,
+                                  max_size=M, method=method, ranking="set-max")
+  named_tools = set(prior.members[prior.members >= 0].tolist())
+  changed = unnamed = 0
   for q in range(len(queries)):
     scores = brute_f_prime(with_prior, prior, queries[q].astype(np.float64),
                            np.asarray(got.shortlist[q]))
@@ -80,12 +93,20 @@ def test_best_set_and_set_mean_are_exact_under_the_prior(method):
     mean = {t: np.mean([v for s, v in scores.items() if t in s]) for t in got.shortlist[q].tolist()}
     means = [mean[t] for t in np.asarray(got.ranking[q]).tolist()]
     assert all(a >= b - 1e-4 for a, b in zip(means, means[1:]))
-    # set-max: by the best F' of a subset that contains the tool; Ê's members first
+    # set-max: by the best F' of a subset that contains the tool; Ê's members first — where
+    # every shortlist tool is named by a seen set (the prior naming every tool: F' is the same)
     best_of = {t: max(v for s, v in scores.items() if t in s) for t in got.shortlist[q].tolist()}
-    order = np.asarray(by_max.ranking[q]).tolist()
+    order = np.asarray(by_max_named.ranking[q]).tolist()
     assert set(order[:len(best)]) == set(best)
     assert all(best_of[a] >= best_of[b] - 1e-4 for a, b in zip(order, order[1:]))
+    # a shortlist holding a tool no seen set names is ranked set-first
+    if not set(got.shortlist[q].tolist()) <= named_tools:
+      unnamed += 1
+      np.testing.assert_array_equal(by_max.ranking[q], by_first.ranking[q])
+    else:
+      np.testing.assert_array_equal(by_max.ranking[q], by_max_named.ranking[q])
   assert changed >= 3  # the prior mattered in this test
+  assert 1 <= unnamed < len(queries)  # both branches of set-max were exercised
   count = subsets.subsets_containing(K, M)
   assert count == sum(1 for m in range(1, M + 1) for s in itertools.combinations(range(K), m)
                       if 0 in s)

@@ -155,7 +155,12 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
     F of any candidate set it belongs to. Ê's members come first (by ℓ, as in ``set-first``),
     then the tools of the runner-up sets: where Ê is often right (sets seen in training) the
     next places go to the sets that almost won instead of to single tools by ℓ
-    (docs/results.md, the seen-set prior: +0.3-0.6 COMP@5 over set-first).
+    (docs/results.md, the seen-set prior: +0.3-0.6 COMP@5 over set-first). With a seen-set
+    prior, a query whose shortlist holds a tool no seen set names (one training never named:
+    added with ``hyset tools add``, or a library the model was carried onto) is ranked
+    ``set-first``: sets holding such a tool have no trained pairs, so set-max would rank it
+    below every trained tool whatever its ℓ (held-out tools, ToolLens: COMP@5 1.60 under
+    set-max, 14.30 set-first; docs/baselines.md).
 
   The delivered set is the same under every ranking.
 
@@ -195,9 +200,15 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
   if ranking == "set-max":
     pos = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (q, k))
     best = set_max(logits, pairs, max_size)
-    if seen is not None:  # F' ≥ F: a seen set can only raise its members' best
-      best = jnp.maximum(best, seen.member_best)
-    return jax.lax.sort((-best, -logits, pos), dimension=1, num_keys=3)[2]
+    if seen is None:
+      return jax.lax.sort((-best, -logits, pos), dimension=1, num_keys=3)[2]
+    best = jnp.maximum(best, seen.member_best)  # F' ≥ F: a seen set only raises its members'
+    order = jax.lax.sort((-best, -logits, pos), dimension=1, num_keys=3)[2]
+    # A tool training never named (added to the library, or carried onto) has no trained pairs,
+    # so every set holding it scores low and set-max sinks it below the trained tools whatever
+    # its ℓ: such a query is ranked set-first.
+    in_set = jnp.any(best_positions[:, :, None] == jnp.arange(k)[None, None, :], axis=1)
+    return jnp.where(seen.named[:, None], order, _first_then_by_logit(in_set, logits))
   backend = backends.get(method, k, max_size)
   if backend.greedy is not None:
     return backend.greedy(logits, pairs[:, :max_size - 1])

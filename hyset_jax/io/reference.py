@@ -55,7 +55,9 @@ The rules, float32 throughout as in JAX:
   is the shortlist order itself; ``set-first`` is the best set, then the rest, each by
   descending ℓ (ties: earlier position); ``set-mean`` is the shortlist by the mean F of the
   subsets above that contain each tool, descending (ties: higher ℓ, then earlier position);
-  ``set-max`` the same by the largest F of those subsets.
+  ``set-max`` the same by the largest F of those subsets — except, with a seen-set prior, for
+  a query whose shortlist holds an allowed tool that none of the prior's sets contains: that
+  query is ranked ``set-first``.
 - Filters (``--allow FILE`` / ``--deny FILE``: one tool id a line, ``prefix*`` for every id
   that starts with ``prefix``, blank lines and ``#`` comments skipped; an id the model lacks is
   an error; a tool is allowed when it matches the allow list (every tool without one) and not
@@ -373,6 +375,13 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
       every, members = subset_scores(logits, pairs, max_size)
     per_tool = (_mean_per_tool if ranking == "set-mean" else _max_per_tool)(every, members, k)
     order = _order(-per_tool, -logits, np.broadcast_to(np.arange(k), (q, k)))
+    if ranking == "set-max" and model.prior is not None:
+      # A shortlist holding an allowed tool no prior set names is ranked set-first.
+      named = np.isin(tools, model.prior[0][model.prior[0] >= 0]) | ~ok
+      in_set = np.zeros((q, k), bool)
+      for i, s in enumerate(sets):
+        in_set[i, s] = True
+      order = np.where(named.all(1)[:, None], order, _first_then_by_logit(in_set, logits))
   else:
     picks = greedy_ranking(logits, pairs, max_size, None if allowed is None else ok)
     picked = np.zeros((q, k), bool)

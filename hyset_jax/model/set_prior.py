@@ -105,12 +105,22 @@ class SeenSets(NamedTuple):
       sets inside the shortlist that contain it (what the ``set-mean`` ranking adds).
     member_best: f32[Q, K]: for each shortlist position, the largest F' of a seen set with a
       positive bonus that contains it, -inf if none (what ``set-max`` compares with F's).
+    named: bool[Q]: every tool of the shortlist (slots holding a negative row excepted) is a
+      member of some seen set, i.e. training named it (``set-max`` ranks only such queries).
   """
   wins: jax.Array
   positions: jax.Array
   score: jax.Array
   member_bonus: jax.Array
   member_best: jax.Array
+  named: jax.Array
+
+
+def named_tools(members: jax.Array, tools: jax.Array) -> jax.Array:
+  """bool[Q]: every shortlist tool is a member of some seen set (negative rows, the slots a
+  filter rules out, count as named). int32[S, M'], int32[Q, K] -> bool[Q]."""
+  listed = jnp.any(tools[:, :, None] == members.reshape(-1)[None, None, :], axis=-1)
+  return jnp.all(listed | (tools < 0), axis=1)
 
 
 def seen_sets(prior: SetPrior, query_emb: jax.Array, tools: jax.Array, logits: jax.Array,
@@ -139,7 +149,8 @@ def seen_sets(prior: SetPrior, query_emb: jax.Array, tools: jax.Array, logits: j
   # Members of a set inside have size ≤ M, so after the sort its first M slots hold them all.
   member_best = jnp.max(jnp.where(member, total[:, :, None, None], -jnp.inf), axis=(1, 2))
   return SeenSets(score > best_score, best[:, :max_size], score,
-                  jnp.einsum("qs,qsmk->qk", extra, member.astype(extra.dtype)), member_best)
+                  jnp.einsum("qs,qsmk->qk", extra, member.astype(extra.dtype)), member_best,
+                  named_tools(prior.members, tools))
 
 
 def fit(query_emb: np.ndarray, gold: Sequence[Sequence[int]], max_size: int, seed: int = 0
