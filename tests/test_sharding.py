@@ -88,6 +88,21 @@ def test_stage1_and_hard_negatives_with_z_sharded_equal_replicated():
   np.testing.assert_array_equal(nb, want_nb)
 
 
+def test_set_neighbors_searches_each_distinct_gold_tool_once_with_the_same_answer():
+  data = synthetic_data()
+  mc = small_config().model
+  params = parameters.init_params(data.tool_embeddings, 16, mc.max_set_size, jax.random.key(1))
+  gold = list(data.splits["train"].gold[:40]) + [()]  # tools repeat across sets; an empty set
+  assert len({t for s in gold for t in s}) < sum(map(len, gold))
+  want = np.asarray(batches.gold_neighbors(params.tool_embeddings,
+                                           batches.pad_sets(gold, mc.max_set_size), 8))
+  got = batches.set_neighbors(params.tool_embeddings, gold, mc.max_set_size, 8)
+  assert got.shape == want.shape
+  for i, s in enumerate(gold):
+    np.testing.assert_array_equal(got[i, :len(s)], want[i, :len(s)])
+    assert not got[i, len(s):].any()  # padding slots hold 0
+
+
 def _run(tmp_path, name, data, tools, num_devices=None):
   c = small_config(num_steps=8)
   c = dataclasses.replace(c, mesh=config_lib.MeshConfig(data=-1, tools=tools))
