@@ -116,11 +116,11 @@ class SeenSets(NamedTuple):
   named: jax.Array
 
 
-def named_tools(members: jax.Array, tools: jax.Array) -> jax.Array:
+def named_tools(hit: jax.Array, tools: jax.Array) -> jax.Array:
   """bool[Q]: every shortlist tool is a member of some seen set (negative rows, the slots a
-  filter rules out, count as named). int32[S, M'], int32[Q, K] -> bool[Q]."""
-  listed = jnp.any(tools[:, :, None] == members.reshape(-1)[None, None, :], axis=-1)
-  return jnp.all(listed | (tools < 0), axis=1)
+  filter rules out, count as named). ``hit``: :func:`shortlist_positions`' bool[Q, S, M', K];
+  ``tools``: int32[Q, K]."""
+  return jnp.all(jnp.any(hit, axis=(1, 2)) | (tools < 0), axis=1)
 
 
 def seen_sets(prior: SetPrior, query_emb: jax.Array, tools: jax.Array, logits: jax.Array,
@@ -150,7 +150,7 @@ def seen_sets(prior: SetPrior, query_emb: jax.Array, tools: jax.Array, logits: j
   member_best = jnp.max(jnp.where(member, total[:, :, None, None], -jnp.inf), axis=(1, 2))
   return SeenSets(score > best_score, best[:, :max_size], score,
                   jnp.einsum("qs,qsmk->qk", extra, member.astype(extra.dtype)), member_best,
-                  named_tools(prior.members, tools))
+                  named_tools(member, tools))
 
 
 def fit(query_emb: np.ndarray, gold: Sequence[Sequence[int]], max_size: int, seed: int = 0
