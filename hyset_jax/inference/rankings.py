@@ -53,6 +53,13 @@ def _first_then_by_logit(first: jax.Array, logits: jax.Array) -> jax.Array:
   return jax.lax.sort((~first, -logits, pos), dimension=1, num_keys=3)[2]
 
 
+def _set_first(best_positions: jax.Array, logits: jax.Array) -> jax.Array:
+  """The ``set-first`` order: Ê's positions (int32[Q, M], K for padding), then the rest."""
+  k = logits.shape[1]
+  in_set = jnp.any(best_positions[:, :, None] == jnp.arange(k)[None, None, :], axis=1)
+  return _first_then_by_logit(in_set, logits)
+
+
 def _per_tool(logits: jax.Array, pairs: jax.Array, max_size: int, pool: str) -> jax.Array:
   """The mean or the max of F over the shortlist subsets containing each tool: f32[Q, K]."""
   k = logits.shape[1]
@@ -191,8 +198,7 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
   if ranking == "logit":
     return jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (q, k))
   if ranking == "set-first":
-    in_set = jnp.any(best_positions[:, :, None] == jnp.arange(k)[None, None, :], axis=1)
-    return _first_then_by_logit(in_set, logits)
+    return _set_first(best_positions, logits)
   if ranking == "set-mean":
     pos = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (q, k))
     mean = _set_mean_key(logits, pairs, max_size, seen, allowed)
@@ -207,8 +213,7 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
     # A tool training never named (added to the library, or carried onto) has no trained pairs,
     # so every set holding it scores low and set-max sinks it below the trained tools whatever
     # its ℓ: such a query is ranked set-first.
-    in_set = jnp.any(best_positions[:, :, None] == jnp.arange(k)[None, None, :], axis=1)
-    return jnp.where(seen.named[:, None], order, _first_then_by_logit(in_set, logits))
+    return jnp.where(seen.named[:, None], order, _set_first(best_positions, logits))
   backend = backends.get(method, k, max_size)
   if backend.greedy is not None:
     return backend.greedy(logits, pairs[:, :max_size - 1])

@@ -311,6 +311,14 @@ def _first_then_by_logit(first: np.ndarray, logits: np.ndarray) -> np.ndarray:
   return _order(~first, -logits, pos)
 
 
+def _set_first(sets: list[list[int]], logits: np.ndarray) -> np.ndarray:
+  """The ``set-first`` order: each query's best set (shortlist positions), then the rest."""
+  in_set = np.zeros(logits.shape, bool)
+  for i, s in enumerate(sets):
+    in_set[i, s] = True
+  return _first_then_by_logit(in_set, logits)
+
+
 def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
            queries: np.ndarray | None = None, ranking: str | None = None,
            allowed: np.ndarray | None = None):
@@ -366,10 +374,7 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
   if ranking == "logit":
     order = np.broadcast_to(np.arange(k), (q, k))
   elif ranking == "set-first":
-    in_set = np.zeros((q, k), bool)
-    for i, s in enumerate(sets):
-      in_set[i, s] = True
-    order = _first_then_by_logit(in_set, logits)
+    order = _set_first(sets, logits)
   elif ranking in ("set-mean", "set-max"):
     if model.prior is None and allowed is None:
       every, members = subset_scores(logits, pairs, max_size)
@@ -378,10 +383,7 @@ def stage2(model: Model, tools: np.ndarray, logits: np.ndarray, max_size: int,
     if ranking == "set-max" and model.prior is not None:
       # A shortlist holding an allowed tool no prior set names is ranked set-first.
       named = np.isin(tools, model.prior[0][model.prior[0] >= 0]) | ~ok
-      in_set = np.zeros((q, k), bool)
-      for i, s in enumerate(sets):
-        in_set[i, s] = True
-      order = np.where(named.all(1)[:, None], order, _first_then_by_logit(in_set, logits))
+      order = np.where(named.all(1)[:, None], order, _set_first(sets, logits))
   else:
     picks = greedy_ranking(logits, pairs, max_size, None if allowed is None else ok)
     picked = np.zeros((q, k), bool)

@@ -64,7 +64,8 @@ def pad_sets(sets: Sequence[tuple[int, ...]], width: int) -> np.ndarray:
 
 @functools.partial(jax.jit, static_argnames=("k",))
 def gold_neighbors(z: jax.Array, gold: jax.Array, k: int) -> jax.Array:
-  """The k nearest tools (cosine under Z) of each tool row in ``gold``. int[...] -> int32[..., k]."""
+  """The k nearest tools (cosine under Z) of each tool row in ``gold``.
+  int[...] -> int32[..., k]."""
   sims = z[gold] @ z.T                                                 # [..., N]
   sims = jnp.where(jnp.arange(z.shape[0]) == gold[..., None], -jnp.inf, sims)
   return sharding.top_k(sims, k)[1].astype(jnp.int32)  # per tools shard under a mesh
