@@ -229,6 +229,11 @@ def test_native_expansion_equals_jax(kind):
   np.testing.assert_array_equal(np.asarray(extra), np.asarray(want.extra))
   np.testing.assert_array_equal(np.asarray(tie), np.asarray(want.tie))
   assert kind != "zero-m" or np.asarray(tie).all()
+  # ℓ given tool-major ([N, Q], stage 1's layout for small batches): the same answers.
+  extra_t, tie_t = jax.jit(native.expand, static_argnums=(4, 5))(
+      prep.neighbors.ids, prep.neighbors.scores, logits.T, s0, 4, True)
+  np.testing.assert_array_equal(np.asarray(extra_t), np.asarray(want.extra))
+  np.testing.assert_array_equal(np.asarray(tie_t), np.asarray(want.tie))
   # And through the whole shortlist: the native path equals the full scan.
   full = pipeline.shortlist(params, r, 6, 10, 3)
   fast = pipeline.shortlist_prepared(prep, r, 6, 10, "native")
@@ -297,17 +302,21 @@ def test_native_top_k_equals_lax_top_k():
   from hyset_jax.model.query_inputs import QueryInputs
   from test_speed import assert_same_prediction, make_params
   rng = np.random.default_rng(21)
-  top_k = jax.jit(native.top_k, static_argnums=1)
+  top_k = jax.jit(native.top_k, static_argnums=(1, 2))
   special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1.0, -1.0], np.float32)
-  for trial in range(120):
-    q, n = int(rng.integers(1, 6)), int(rng.integers(1, 400))
+  for trial in range(160):
+    # Every fifth trial by tool (x given as [N, Q]) with up to 40 queries: the kernel's tasks
+    # of 16 queries, a partial last one, and a batch of fewer than 16.
+    by_tool = trial % 5 == 4
+    q, n = int(rng.integers(1, 41 if by_tool else 6)), int(rng.integers(1, 400))
     k = int(rng.integers(1, min(native.MAX_TOP_K, n) + 1))
     x = [rng.normal(size=(q, n)), rng.integers(-3, 3, (q, n)).astype(float),
          rng.choice(special, size=(q, n)), np.where(rng.random((q, n)) < 0.4, -np.inf,
                                                     rng.normal(size=(q, n)))][trial % 4]
     x = jnp.asarray(np.asarray(x, np.float32))
-    np.testing.assert_array_equal(np.asarray(top_k(x, k)), np.asarray(jax.lax.top_k(x, k)[1]),
-                                  err_msg=f"trial {trial}: q={q} n={n} k={k}")
+    got = top_k(x.T, k, True) if by_tool else top_k(x, k, False)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.lax.top_k(x, k)[1]),
+                                  err_msg=f"trial {trial}: q={q} n={n} k={k} by_tool={by_tool}")
   with pytest.raises(ValueError, match="1 ≤ k ≤ min"):
     native.top_k(jnp.zeros((1, 10)), 11)
   params = make_params(rng, 150, 16, 3)
@@ -319,5 +328,31 @@ def test_native_top_k_equals_lax_top_k():
   allowed[::3, [7, 90, 149]] = True                     # 3 tools for these: fewer than K1 = 6
   x = QueryInputs(embedding=r, allowed=allowed)
   kw = dict(k1=6, k_pool=10, max_size=3)
+  assert_same_prediction(pipeline.predict_prepared(prep, x, method="native", **kw),
+                         pipeline.predict_prepared(prep, x, method="gather", **kw))
+
+
+@pytest.mark.parametrize("queries", [5, 40, 70])
+def test_stage1_by_tool_equals_by_query(queries):
+  """The native backend's stage 1 takes ℓ tool-major (ℓᵀ [N, Q]) for batches up to
+  ``backends.NATIVE_BY_TOOL_QUERIES`` queries (70: the [Q, N] path): the shortlist's tools and
+  their ℓ', lexical term included, are the JAX backend's (ℓ [Q, N] always), and so is the
+  whole prediction."""
+  from hyset_jax.inference import backends, pipeline
+  from hyset_jax.model.query_inputs import QueryInputs
+  from test_speed import assert_same_prediction, make_params
+  assert (queries <= backends.NATIVE_BY_TOOL_QUERIES) == (queries < 64)
+  rng = np.random.default_rng(33)
+  params = make_params(rng, 400, 16, 3)._replace(lexical_weight=np.float32(0.7))
+  prep = pipeline.prepare(params, max_size=3, k_pool=10)
+  x = QueryInputs(embedding=rng.normal(size=(queries, 16)).astype(np.float32),
+                  lexical_scores=np.where(rng.random((queries, 400)) < 0.05,
+                                          rng.random((queries, 400)) * 3, 0).astype(np.float32))
+  shortlist = jax.jit(pipeline.shortlist_prepared, static_argnums=(2, 3, 4))
+  fast, ref = shortlist(prep, x, 6, 10, "native"), shortlist(prep, x, 6, 10, "gather")
+  np.testing.assert_array_equal(np.asarray(fast.tools), np.asarray(ref.tools))
+  np.testing.assert_allclose(np.asarray(fast.logits), np.asarray(ref.logits), rtol=1e-5,
+                             atol=1e-6)
+  kw = dict(k1=6, k_pool=10, max_size=3, ranking="greedy")
   assert_same_prediction(pipeline.predict_prepared(prep, x, method="native", **kw),
                          pipeline.predict_prepared(prep, x, method="gather", **kw))

@@ -379,12 +379,27 @@ def stage1_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int,
   """Stage 1 from a prepared model: (ℓ f32[Q, N], the K1 tools of largest ℓ int32[Q, K1]);
   ℓ' with the lexical term (:func:`scoring.with_lexical`), -inf for a tool ``x.allowed`` rules
   out; the K1 by :func:`top_indices`."""
-  x = query_inputs.of(x)
+  logits, top, by_tool = _stage1(prep, query_inputs.of(x), k1, backends.get(method, k1))
+  return (logits.T if by_tool else logits), top
+
+
+def _stage1(prep: PreparedModel, x: QueryInputs, k1: int, backend: backends.Backend
+            ) -> tuple[jax.Array, jax.Array, bool]:
+  """:func:`stage1_prepared`'s (ℓ, S0) and whether ℓ is tool-major: ℓᵀ f32[N, Q] for a batch
+  the backend reads that way (``backend.by_tool_queries``; unfiltered: a filter's expansion
+  scans every tool per query), else ℓ f32[Q, N]."""
+  q = x.embedding.shape[0]
+  by_tool = (q <= backend.by_tool_queries and x.allowed is None
+             and backend.top_k is not None and backend.expand is not None)
+  r = _query_side(prep.params, x.embedding)
+  w = prep.logit_weights
+  if by_tool:
+    lexical = None if x.lexical_scores is None else x.lexical_scores.T
+    logits = scoring.with_lexical(prep.params, _dot("nd,qd->nq", w, r, w.dtype), lexical)
+    return logits, backend.top_k(logits, k1, by_tool=True), True
   logits = masks.mask_logits(scoring.with_lexical(
-      prep.params, _dot("qd,nd->qn", _query_side(prep.params, x.embedding),
-                        prep.logit_weights, prep.logit_weights.dtype),
-      x.lexical_scores), x.allowed)
-  return logits, top_indices(logits, k1, method)
+      prep.params, _dot("qd,nd->qn", r, w, w.dtype), x.lexical_scores), x.allowed)
+  return logits, top_indices(logits, k1, backend), False
 
 
 def top_indices(logits: jax.Array, k: int,
@@ -418,7 +433,8 @@ def shortlist_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int,
   x = query_inputs.of(x)
   if first_stage is not None and x.allowed is None and x.lexical_scores is None:
     return Shortlist(*ann.shortlist(first_stage, prep, x.embedding, k1, k_pool))
-  logits, s0 = stage1_prepared(prep, x, k1, method)
+  backend = backends.get(method, k_pool)
+  logits, s0, by_tool = _stage1(prep, x, k1, backend)
   n_ext = k_pool - k1
   z = prep.params.tool_embeddings
 
@@ -426,25 +442,28 @@ def shortlist_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int,
     # In chunks of queries: the branch's temporaries ([Q, N] several times over) would be
     # allocated on every call, taken or not (measured at N = 13,860, batch 256: 57 MB against
     # 14 MB without the branch, 6-8 ms of page faults per call).
+    lq = logits.T if by_tool else logits
     if x.allowed is not None:
       return enumeration.map_query_chunks(
           lambda keyed, lg, s, a: _expand_scan(z, keyed, lg, s, n_ext, a), SCAN_CHUNK,
-          prep.keyed[s0, -1], logits, s0, x.allowed)
+          prep.keyed[s0, -1], lq, s0, x.allowed)
     return enumeration.map_query_chunks(
         lambda keyed, lg, s: _expand_scan(z, keyed, lg, s, n_ext), SCAN_CHUNK,
-        prep.keyed[s0, -1], logits, s0)
+        prep.keyed[s0, -1], lq, s0)
 
   table = prep.neighbors
   if table is None or table.ids.shape[1] < k_pool - 1 or x.allowed is not None:
     extra = scan()
   else:
-    expand = backends.get(method, k_pool).expand or neighbors.expand
-    exp = expand(table, logits, s0, n_ext)
+    exp = (backend.expand(table, logits, s0, n_ext, by_tool=True) if by_tool
+           else (backend.expand or neighbors.expand)(table, logits, s0, n_ext))
     extra = jax.lax.cond(jnp.any(exp.tie),
                          lambda: jnp.where(exp.tie[:, None], scan(), exp.extra),
                          lambda: exp.extra)
   tools = jnp.concatenate([s0, extra], axis=1).astype(jnp.int32)
-  return Shortlist(tools, jnp.take_along_axis(logits, tools, axis=1))
+  picked = (logits[tools, jnp.arange(tools.shape[0])[:, None]] if by_tool
+            else jnp.take_along_axis(logits, tools, axis=1))
+  return Shortlist(tools, picked)
 
 
 PAIRS_CHUNK = 8  # queries per chunk of pair_matrices_prepared

@@ -258,15 +258,15 @@ def subset_scores(logits: jax.Array, pairs: jax.Array, n: int) -> tuple[jax.Arra
 
 
 def expand(ids: jax.Array, scores: jax.Array, logits: jax.Array, s0: jax.Array,
-           n_ext: int) -> tuple[jax.Array, jax.Array]:
+           n_ext: int, by_tool: bool = False) -> tuple[jax.Array, jax.Array]:
   """:func:`hyset_jax.inference.neighbors.expand` as a native kernel: the same (extra
   int32[Q, n_ext], tie bool[Q]) from the table (ids int32[N, W], scores f32[N, W]), ℓ f32[Q, N]
-  and S0 int32[Q, K1]."""
-  q = logits.shape[0]
+  (``by_tool``: ℓᵀ f32[N, Q]) and S0 int32[Q, K1]."""
+  q = s0.shape[0]
   call = _ffi("hyset_expand",
               (jax.ShapeDtypeStruct((q, n_ext), jnp.int32), jax.ShapeDtypeStruct((q,), jnp.int32)))
   extra, tie = call(ids.astype(jnp.int32), scores.astype(jnp.float32),
-                    logits.astype(jnp.float32), s0.astype(jnp.int32))
+                    logits.astype(jnp.float32), s0.astype(jnp.int32), by_tool=bool(by_tool))
   return extra, tie.astype(bool)
 
 
@@ -291,12 +291,13 @@ def greedy_ranking(logits: jax.Array, pairs: jax.Array) -> jax.Array:
   return call(logits.astype(jnp.float32), pairs.astype(jnp.float32))
 
 
-def top_k(x: jax.Array, k: int) -> jax.Array:
+def top_k(x: jax.Array, k: int, by_tool: bool = False) -> jax.Array:
   """The indices of ``jax.lax.top_k(x, k)``, int32[Q, k], as a native kernel: the k largest of
   each row of x f32[Q, N] in descending order, ties to the lower index, floats ordered as XLA
-  orders them (-0.0 below +0.0, NaN above +inf). k ≤ :data:`MAX_TOP_K` and ≤ N."""
-  q, n = x.shape
+  orders them (-0.0 below +0.0, NaN above +inf). k ≤ :data:`MAX_TOP_K` and ≤ N.
+  ``by_tool``: x is f32[N, Q] and the answer ``jax.lax.top_k(x.T, k)``'s, without the transpose."""
+  q, n = x.shape[::-1] if by_tool else x.shape
   if not 1 <= k <= min(MAX_TOP_K, n):
     raise ValueError(f"the native top-k takes 1 ≤ k ≤ min({MAX_TOP_K}, N = {n}), got k = {k}")
   call = _ffi("hyset_top_k", jax.ShapeDtypeStruct((q, k), jnp.int32))
-  return call(x.astype(jnp.float32))
+  return call(x.astype(jnp.float32), by_tool=bool(by_tool))

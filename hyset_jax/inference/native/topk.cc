@@ -6,6 +6,11 @@
 // ~1.1 ms of a batch of 64 on a 2-core CPU, against ~7 ms for the batch's ℓ). Here a row is
 // scanned once against the current K-th key, 32 values per test, and rows are spread over
 // XLA's thread pool: almost every value fails the test, so a row costs about one read of it.
+//
+// With the attribute by_tool, x is ℓᵀ [N, Q] (tool-major: how XLA:CPU computes a small batch's
+// ℓ fastest, see pipeline.py) and the top K1 of each column is taken, the same indices in the
+// same order: a task keeps kColumns queries' lists and reads their kColumns values of each
+// tool's row (one cache line), testing them against the queries' K-th keys at once.
 
 #include <cstdint>
 #include <cstring>
@@ -22,6 +27,7 @@ namespace {
 
 constexpr int64_t kMaxK = 64;   // K1 ≤ K_pool ≤ 64 (the other kernels' bound)
 constexpr int64_t kBlock = 32;  // values per threshold test
+constexpr int64_t kColumns = 16;  // queries per task of the tool-major (by_tool) form
 
 // XLA's TopK orders floats by their bits read as integers, negative ones flipped (so -0.0 <
 // +0.0, NaN above +inf and -NaN below -inf: a total order) and breaks ties by the lower index.
@@ -93,17 +99,69 @@ void RowTopK(const float* x, int64_t n, int64_t k, int32_t* out) {
   std::memcpy(out, idx, k * sizeof(int32_t));
 }
 
+// Whether any of x[c] is not below t[c], c < kColumns (NaN included), as AnyNotBelow.
+inline bool AnyColumnNotBelow(const float* x, const float* t) {
+#if defined(__AVX__)
+  __m256 any = _mm256_setzero_ps();
+  for (int64_t c = 0; c < kColumns; c += 8)
+    any = _mm256_or_ps(any, _mm256_cmp_ps(_mm256_loadu_ps(x + c), _mm256_loadu_ps(t + c),
+                                          _CMP_NLT_UQ));
+  return _mm256_movemask_ps(any) != 0;
+#else
+  bool hit = false;
+  for (int64_t c = 0; c < kColumns; ++c) hit |= !(x[c] < t[c]);
+  return hit;
+#endif
+}
+
+// RowTopK for the `width` ≤ kColumns columns q0.. of x [N, Q] (row stride q): out[c] is column
+// q0 + c's list. The same per-value steps as RowTopK, so the same answers.
+void ColumnsTopK(const float* x, int64_t n, int64_t q, int64_t q0, int64_t width, int64_t k,
+                 int32_t* out) {
+  int32_t keys[kColumns][kMaxK], idx[kColumns][kMaxK], last[kColumns];
+  int64_t filled[kColumns] = {};
+  float last_value[kColumns];
+  int64_t i = 0;
+  for (; i < k; ++i)
+    for (int64_t c = 0; c < width; ++c)
+      Insert(Key(x[i * q + q0 + c]), static_cast<int32_t>(i), k, keys[c], idx[c], &filled[c]);
+  for (int64_t c = 0; c < width; ++c) {
+    last[c] = keys[c][k - 1];
+    last_value[c] = Value(last[c]);
+  }
+  for (; i < n; ++i) {
+    const float* row = x + i * q + q0;
+    if (width == kColumns && !AnyColumnNotBelow(row, last_value)) continue;
+    for (int64_t c = 0; c < width; ++c) {
+      const int32_t key = Key(row[c]);
+      if (key <= last[c]) continue;
+      Insert(key, static_cast<int32_t>(i), k, keys[c], idx[c], &filled[c]);
+      last[c] = keys[c][k - 1];
+      last_value[c] = Value(last[c]);
+    }
+  }
+  for (int64_t c = 0; c < width; ++c) std::memcpy(out + c * k, idx[c], k * sizeof(int32_t));
+}
+
 ffi::Error TopKImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
-                    ffi::ResultBuffer<ffi::S32> out) {
+                    ffi::ResultBuffer<ffi::S32> out, bool by_tool) {
   auto xd = x.dimensions(), od = out->dimensions();
-  if (xd.size() != 2 || od.size() != 2 || xd[0] != od[0])
-    return ffi::Error::InvalidArgument("expected x [Q, N] and out [Q, k]");
-  const int64_t q = xd[0], n = xd[1], k = od[1];
+  if (xd.size() != 2 || od.size() != 2 || xd[by_tool ? 1 : 0] != od[0])
+    return ffi::Error::InvalidArgument(by_tool ? "expected x [N, Q] and out [Q, k]"
+                                               : "expected x [Q, N] and out [Q, k]");
+  const int64_t q = od[0], n = xd[by_tool ? 0 : 1], k = od[1];
   if (k < 1 || k > kMaxK || k > n)
     return ffi::Error::InvalidArgument("the top-k kernel takes 1 <= k <= min(64, N)");
   const float* xs = x.typed_data();
   int32_t* os = out->typed_data();
-  hyset::ParallelFor(pool, q, [xs, os, n, k](int64_t r) { RowTopK(xs + r * n, n, k, os + r * k); });
+  if (by_tool)
+    hyset::ParallelFor(pool, (q + kColumns - 1) / kColumns, [xs, os, n, q, k](int64_t t) {
+      const int64_t q0 = t * kColumns, width = q - q0 < kColumns ? q - q0 : kColumns;
+      ColumnsTopK(xs, n, q, q0, width, k, os + q0 * k);
+    });
+  else
+    hyset::ParallelFor(pool, q,
+                       [xs, os, n, k](int64_t r) { RowTopK(xs + r * n, n, k, os + r * k); });
   return ffi::Error::Success();
 }
 
@@ -113,4 +171,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(HysetTopK, TopKImpl,
                               ffi::Ffi::Bind()
                                   .Ctx<ffi::ThreadPool>()
                                   .Arg<ffi::Buffer<ffi::F32>>()
-                                  .Ret<ffi::Buffer<ffi::S32>>());
+                                  .Ret<ffi::Buffer<ffi::S32>>()
+                                  .Attr<bool>("by_tool"));
