@@ -421,6 +421,9 @@ def summary_md(results: list[dict], timing: dict | None, meta: dict,
            f"`{meta['command']}` — {meta['date']}, {meta['machine']}; torch {meta['torch']} "
            f"({meta.get('peer_device', 'cpu')}, {meta['peer_threads']} threads), JAX {meta['jax']} "
            f"({meta.get('jax_backend', 'cpu')}).", "",
+           *([f"Both sides in one memory environment: {meta['allocator']} (the benchmark "
+              "re-executes itself as `hyset` does: hyset_jax/allocator.py).", ""]
+             if "allocator" in meta else []),
            "Random models of the paper's configuration (K1 = 15, K_pool = 20, M = 5), exported "
            "with `hyset export --format hyset-pytorch` and scored by the authors' "
            "`HYSETScorer.retrieve_from_embedding` and by `hyset predict --ranking greedy`'s "
@@ -541,6 +544,11 @@ def _run(args, peer: pathlib.Path, python: pathlib.Path):
 
 def main(argv: list[str] | None = None) -> int:
   args = _parse(argv)
+  from hyset_jax import allocator
+  if argv is None:
+    # As `hyset` runs: huge pages asked for where the machine serves them. The authors' side
+    # and ours are child processes of this one, so both run in the same environment.
+    allocator.reexec()
   from hyset_jax import io_utils
   from hyset_jax.errors import UserError
   peer = pathlib.Path(args.peer)
@@ -565,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
           "date": datetime.date.today().isoformat(), "machine": provenance.machine(),
           "torch": results[0]["torch"], "peer_threads": results[0]["peer_threads"],
           "peer_device": args.peer_device, "jax_backend": jax.default_backend(),
-          "jax": jax.__version__}
+          "jax": jax.__version__, "allocator": allocator.describe()}
   md = summary_md(results, timing, meta, training)
   print(md)
   if outs:

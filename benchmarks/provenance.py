@@ -60,11 +60,12 @@ def command(argv: list[str] | None = None) -> str:
 
 
 def provenance(command_line: str | None = None) -> dict:
-  """``{"commit", "command", "date", "machine"}`` of the run that is writing a result now;
+  """``{"commit", "command", "date", "machine", "allocator"}`` of the run writing a result now;
   ``command_line`` when the benchmark has its own (e.g. a path replaced by a placeholder)."""
+  from hyset_jax import allocator
   return {"commit": commit(), "command": command_line or command(),
           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-          "machine": machine()}
+          "machine": machine(), "allocator": allocator.describe()}
 
 
 def with_provenance(doc, command_line: str | None = None) -> dict:

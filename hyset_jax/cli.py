@@ -28,6 +28,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+  """The ``hyset`` program (``argv`` None: the command line, after asking for huge pages,
+  :mod:`hyset_jax.allocator`), or one call with ``argv`` in this process (tests, benchmarks)."""
+  if argv is None:
+    from hyset_jax import allocator
+    allocator.reexec()
   return run(build_parser(), argv)
 
 

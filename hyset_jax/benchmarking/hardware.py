@@ -5,7 +5,8 @@
   query divided by this.
 - :func:`write_floor_s`: the time to write an f32 array as large as the scores — the floor
   for any implementation that materialises every score (memory bandwidth, not arithmetic).
-- :func:`describe`: CPU model, core count, JAX backend and devices, load average.
+- :func:`describe`: CPU model, core count, JAX backend and devices, load average, how memory
+  is paged (:mod:`hyset_jax.allocator`).
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import platform
 import time
 
 import numpy as np
+
+from hyset_jax import allocator
 
 
 def _best_time(fn, repeats: int) -> float:
@@ -64,7 +67,8 @@ def describe() -> dict:
   devices = jax.devices()
   info = {"cpu": _cpu_model(), "nproc": os.cpu_count(), "backend": jax.default_backend(),
           "devices": f"{len(devices)} × {devices[0].device_kind}", "jax": jax.__version__,
-          "numpy": np.__version__, "python": platform.python_version()}
+          "numpy": np.__version__, "python": platform.python_version(),
+          "allocator": allocator.describe()}
   try:
     info["load_avg_1m"] = round(os.getloadavg()[0], 2)
   except OSError:
