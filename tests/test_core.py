@@ -218,15 +218,19 @@ def test_padding_never_changes_a_score():
       assert float(base[b, c]) == pytest.approx(ref.score(np.asarray(r[b]), z, p, ms, e), abs=1e-5)
 
 
-def test_keyed_order_matches_gather_on_a_large_library():
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_keyed_order_matches_gather_on_a_large_library(symmetric):
   """set_scores' "keyed" order (Z M_m for the batch's (card, tool) pairs only: what training
-  and "auto" use at large libraries) gives the gather order's values and gradients."""
+  and "auto" use at large libraries) gives the gather order's values and gradients — z's
+  taken through the gathered rows alone (symmetric_interaction_scores), exact for any M since
+  F_set reads only M's symmetric part (an M that is not symmetric checks that)."""
   rng = np.random.default_rng(0)
   n, d, b, c, m = 3000, 16, 4, 32, 4
   z = rng.normal(size=(n, d)).astype(np.float32)
   ms = 0.1 * rng.normal(size=(m - 1, d, d)).astype(np.float32)
   params = scoring.HysetParams(jnp.asarray(z / np.linalg.norm(z, axis=1, keepdims=True)),
-                               jnp.eye(d), jnp.asarray(ms + ms.transpose(0, 2, 1)))
+                               jnp.eye(d), jnp.asarray(ms + ms.transpose(0, 2, 1) if symmetric
+                                                       else 2 * ms))
   query = rng.normal(size=(b, d)).astype(np.float32)
   members = rng.integers(0, n, (b, c, m)).astype(np.int32)
   members[:, 1::3] = members[:, :1]            # repeated sets: shared (card, tool) pairs

@@ -252,6 +252,39 @@ def interaction_scores(member_emb: jax.Array, member_keyed: jax.Array, mask: jax
   return 0.5 * (total - jnp.sum(keyed * emb, axis=(-2, -1)))
 
 
+@jax.custom_vjp
+def symmetric_interaction_scores(member_emb: jax.Array, member_keyed: jax.Array,
+                                 mask: jax.Array) -> jax.Array:
+  """:func:`interaction_scores` for keyed rows z M with M symmetric, whose gradient flows to z
+  through ``member_emb`` only.
+
+  ∂F_set/∂z_a = Σ_{b≠a} z_b M = K − k_a (K = Σ_b k_b over the set, k_a = z_a M): twice the
+  gradient of :func:`interaction_scores` through ``member_emb``, ½ (K − k_a); the other half is
+  the one through ``member_keyed`` (½ (S − z_a) Mᵀ, S = Σ_b z_b), equal to it when M = Mᵀ. So
+  the cotangent of ``member_emb`` is K − k_a, and that of ``member_keyed``, ½ (S − z_a), serves
+  M's gradient only (the caller stops z's gradient through the keyed rows).
+  Shapes as :func:`interaction_scores`.
+  """
+  return interaction_scores(member_emb, member_keyed, mask)
+
+
+def _symmetric_interaction_fwd(member_emb, member_keyed, mask):
+  return interaction_scores(member_emb, member_keyed, mask), (member_emb, member_keyed, mask)
+
+
+def _symmetric_interaction_bwd(res, g):
+  emb, keyed, mask = res
+  w = jnp.where(mask, 1.0, 0.0)[..., None]
+  emb, keyed = emb * w, keyed * w
+  g = g[..., None, None]
+  d_emb = g * (jnp.sum(keyed, axis=-2, keepdims=True) - keyed) * w
+  d_keyed = 0.5 * g * (jnp.sum(emb, axis=-2, keepdims=True) - emb) * w
+  return d_emb, d_keyed, None
+
+
+symmetric_interaction_scores.defvjp(_symmetric_interaction_fwd, _symmetric_interaction_bwd)
+
+
 def gram_is_cheaper(num_matrices: int, num_tools: int, tool_dim: int, members_shape) -> bool:
   """:func:`set_scores`' "auto": the library Gram matrices ((M−1)·N²) cost no more than the
   gathered rows of a batch of sets (2·B·C·m·d). ``members_shape``: (B, C, m)."""
@@ -307,9 +340,17 @@ def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
   # first copies emb into a transposed layout (~9 ms of the paper-scale training step).
   logits = jnp.sum(query_vectors(params, query_emb)[:, None, None, :] * emb, axis=-1)
   if method == "keyed":
-    keyed = keyed_lib.member_products(z, params.interactions, members, card,
-                                      mask & (size >= 2)[..., None])
-  elif method == "gather":
+    # F_set reads only M's symmetric part (½ Σ_{a≠b} z_a M z_b); with it, a member's gradient
+    # through its keyed row z_a M_s equals the one through z_a itself, so the keyed rows are
+    # differentiated for M only and z's gradient is taken twice through emb
+    # (:func:`symmetric_interaction_scores`): a [rows, d]·[d, d] product per chunk fewer in the
+    # backward pass. M_s = ½ (M + Mᵀ) is M itself, bit for bit, for the symmetric M training keeps.
+    ms = 0.5 * (params.interactions + jnp.swapaxes(params.interactions, -1, -2))
+    keyed = keyed_lib.member_products(z, ms, members, card, mask & (size >= 2)[..., None],
+                                      z_grad=False)
+    return (symmetric_interaction_scores(emb, keyed, mask) + align_scores(logits, mask)
+            + conditioned_scores(params, query_emb, members, mask))
+  if method == "gather":
     keyed_all = jnp.einsum("nd,kde->kne", z, params.interactions)    # [M-1, N, d]
     keyed = keyed_all[card[..., None], members]                      # [B, C, m, d]
   else:
