@@ -124,7 +124,9 @@ def run_plan(plan: list[pc.Cell], out: pathlib.Path, overrides: list[str],
 
 
 def main(argv: list[str] | None = None) -> int:
-  from hyset_jax import cli
+  from hyset_jax import allocator, cli
+  if argv is None:
+    allocator.reexec()   # its trainings run as `hyset train` does (huge pages where served)
   argv = list(sys.argv[1:] if argv is None else argv)
   # --table 3 is benchmarks/paper_table3.py (its own options); 1 or 2 (or none) is this one.
   table = argparse.ArgumentParser(add_help=False)

@@ -21,7 +21,7 @@ def test_soak_smoke(tmp_path, model_dir, library, monkeypatch):
                           "--model", str(model_dir), "--tools", f"mcp:{library}",
                           "--queries", str(queries), "--out", str(out)]) == 0
   doc = json.loads(out.with_suffix(".json").read_text())
-  assert set(doc["provenance"]) == {"commit", "command", "date", "machine"}
+  assert set(doc["provenance"]) == {"commit", "command", "date", "machine", "allocator"}
   total, kinds = doc["summary"]["total"], doc["summary"]["by_kind"]
   assert total["errors"] == 0 and total["lost"] == 0 and total["ok"] == total["sent"] > 20
   assert all(kinds[k]["sent"] > 0 for k in soak_serve.KINDS), kinds
