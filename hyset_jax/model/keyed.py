@@ -8,8 +8,6 @@ gradient is written out (:func:`chunk_products`).
 """
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
@@ -29,43 +27,40 @@ def _chunk_products(x: jax.Array, card: jax.Array, count: jax.Array,
   return jax.lax.fori_loop(0, count, body, jnp.zeros_like(x))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def chunk_products(x: jax.Array, card: jax.Array, count: jax.Array, interactions: jax.Array,
-                   x_grad: bool = True) -> jax.Array:
-  """:func:`_chunk_products` with its gradient written out: autodiff of the loop would need a
-  fixed trip count (every padding chunk run) and would move a zero [K, d, d] cotangent per
-  chunk and matrix. ``x_grad=False``: x's cotangent is not computed (zeros; the caller stops
-  its gradient), one product per chunk fewer in the backward pass."""
+@jax.custom_vjp
+def chunk_products(x: jax.Array, card: jax.Array, count: jax.Array,
+                   interactions: jax.Array) -> jax.Array:
+  """:func:`_chunk_products` with its gradient written out, for the M_m only: autodiff of the
+  loop would need a fixed trip count (every padding chunk run) and would move a zero [K, d, d]
+  cotangent per chunk and matrix. x gets none: its rows' gradient is the caller's
+  (``scoring.symmetric_interaction_scores``), which saves a product per chunk."""
   return _chunk_products(x, card, count, interactions)
 
 
-def _chunk_products_fwd(x, card, count, interactions, x_grad):
+def _chunk_products_fwd(x, card, count, interactions):
   return _chunk_products(x, card, count, interactions), (x, card, count, interactions)
 
 
-def _chunk_products_bwd(x_grad, res, ct):
-  """dx[c] = ct[c] M_{card[c]}ᵀ and dM_j = Σ_{card[c] = j} x[c]ᵀ ct[c], over the same chunks."""
+def _chunk_products_bwd(res, ct):
+  """dM_j = Σ_{card[c] = j} x[c]ᵀ ct[c], over the same chunks; x's cotangent 0."""
   x, card, count, interactions = res
 
-  def body(c, acc):
-    dx, dm = acc
+  def body(c, dm):
     j = card[c]
-    if x_grad:
-      dx = jax.lax.dynamic_update_index_in_dim(dx, ct[c] @ interactions[j].T, c, 0)
     dm_j = jax.lax.dynamic_index_in_dim(dm, j, keepdims=False) + x[c].T @ ct[c]
-    return dx, jax.lax.dynamic_update_index_in_dim(dm, dm_j, j, 0)
-  dx0 = jnp.zeros_like(x) if x_grad else jnp.zeros((), x.dtype)   # no [C, T, d] carry when unused
-  dx, dm = jax.lax.fori_loop(0, count, body, (dx0, jnp.zeros_like(interactions)))
-  return (dx if x_grad else jnp.zeros_like(x)), None, None, dm
+    return jax.lax.dynamic_update_index_in_dim(dm, dm_j, j, 0)
+  dm = jax.lax.fori_loop(0, count, body, jnp.zeros_like(interactions))
+  return jnp.zeros_like(x), None, None, dm
 
 
 chunk_products.defvjp(_chunk_products_fwd, _chunk_products_bwd)
 
 
 def member_products(z: jax.Array, interactions: jax.Array, members: jax.Array, card: jax.Array,
-                    used: jax.Array, z_grad: bool = True) -> jax.Array:
+                    used: jax.Array) -> jax.Array:
   """z_t M_{card} for the member slots of a batch's pools, computed once per (card, tool) pair
-  the batch holds instead of for the whole library.
+  the batch holds instead of for the whole library; differentiable in the M_m only (z's
+  gradient is ``scoring.symmetric_interaction_scores``', through the gathered rows).
 
   ``set_scores``' gather order computes Z M_m for all N tools and M − 1 matrices:
   (M − 1)·N·d² multiply-adds, twice that in the backward pass, ~200 GFLOP per step at the
@@ -81,8 +76,6 @@ def member_products(z: jax.Array, interactions: jax.Array, members: jax.Array, c
     members: int[B, C, m] tool rows of each candidate set.
     card: int[B, C] each set's matrix, in [0, K).
     used: bool[B, C, m] the slots whose product is read (members of sets of ≥ 2 tools).
-    z_grad: False: no gradient flows to z through the products (only to the M_m), and none is
-      computed: ``scoring.set_scores``' "keyed" order takes z's through the gathered rows.
 
   Returns:
     f32[B, C, m, d]; 0 at unused slots.
@@ -104,8 +97,8 @@ def member_products(z: jax.Array, interactions: jax.Array, members: jax.Array, c
   tool = jnp.zeros(length, jnp.int32).at[pos].set((uniq % n).astype(jnp.int32), mode="drop")
   bounds = jnp.cumsum(padded)                                        # each card's end row
   chunk_card = jnp.sum(bounds[None, :] <= jnp.arange(0, length, t)[:, None], axis=1)
-  rows = (z if z_grad else jax.lax.stop_gradient(z))[tool].reshape(-1, t, d)
-  out = chunk_products(rows, jnp.minimum(chunk_card, k - 1).astype(jnp.int32),
-                       (bounds[-1] // t).astype(jnp.int32), interactions, z_grad).reshape(length, d)
+  out = chunk_products(jax.lax.stop_gradient(z)[tool].reshape(-1, t, d),
+                       jnp.minimum(chunk_card, k - 1).astype(jnp.int32),
+                       (bounds[-1] // t).astype(jnp.int32), interactions).reshape(length, d)
   slot = jnp.minimum(pos, length - 1)[inverse.reshape(members.shape)]  # [B, C, m]
   return jnp.where(used[..., None], out[slot], 0.0)

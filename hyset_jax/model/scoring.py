@@ -346,8 +346,7 @@ def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
     # (:func:`symmetric_interaction_scores`): a [rows, d]·[d, d] product per chunk fewer in the
     # backward pass. M_s = ½ (M + Mᵀ) is M itself, bit for bit, for the symmetric M training keeps.
     ms = 0.5 * (params.interactions + jnp.swapaxes(params.interactions, -1, -2))
-    keyed = keyed_lib.member_products(z, ms, members, card, mask & (size >= 2)[..., None],
-                                      z_grad=False)
+    keyed = keyed_lib.member_products(z, ms, members, card, mask & (size >= 2)[..., None])
     return (symmetric_interaction_scores(emb, keyed, mask) + align_scores(logits, mask)
             + conditioned_scores(params, query_emb, members, mask))
   if method == "gather":
