@@ -346,13 +346,26 @@ def _child(cmd: list[str], what: str) -> None:
     raise RuntimeError(f"{what} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
 
 
+def _merge_rounds(docs: list[dict]) -> dict:
+  """One side's round results as one: the steps of every round (their median is the side's
+  figure), the largest peak RSS, the rest from the first round."""
+  out = dict(docs[0])
+  for key in ("s_per_step", "pool_s_per_step"):
+    out[key] = [x for d in docs for x in d[key]]
+  out["peak_rss_bytes"] = max(d["peak_rss_bytes"] for d in docs)
+  return out
+
+
 def train_speed(config: dict, peer: pathlib.Path, python: pathlib.Path, batch: int,
                 steps: int, warmup: int, work: pathlib.Path, seed: int = 0,
-                device: str = "cpu") -> dict:
+                device: str = "cpu", rounds: int = 2) -> dict:
   """The authors' training loop and ours, each in its own process, on the same starting Z
   (theirs from the exported checkpoint, which adds their P and M_m), queries and gold sets,
   at K_neg = 64 and ``batch``: seconds per step after ``warmup`` steps, queries per second,
-  the pool-building part, peak RSS of each, and the per-example ratio."""
+  the pool-building part, peak RSS of each, and the per-example ratio. The two loops run in
+  ``rounds`` alternating rounds (theirs, ours, theirs, ours, …) and each side's figure is the
+  median over all its rounds' steps: on a shared machine whose speed drifts over minutes, one
+  side's run alone can land in a fast spell and the other's in a slow one."""
   model = random_model(config["n_tools"], config["dim"], config["k1"], config["k_pool"],
                        config["max_size"], seed)
   queries, gold = train_inputs(config["n_tools"], config["dim"], config["max_size"],
@@ -366,17 +379,21 @@ def train_speed(config: dict, peer: pathlib.Path, python: pathlib.Path, batch: i
   common = ["--queries", str(paths["q.npy"]), "--gold", str(paths["gold.json"]),
             "--batch-size", str(batch), "--steps", str(steps), "--warmup", str(warmup),
             "--k-neg", str(TRAIN_K_NEG)]
-  _child([str(python), str(TRAIN_RUNNER), "--peer", str(peer), "--checkpoint", str(ckpt),
-          "--hard-neighbor-k", str(TRAIN_HARD), "--device", device, *common,
-          "--out", str(paths["theirs.json"])],
-         "the authors' training loop")
-  _child([sys.executable, "-m", "benchmarks.peer_train", "--tools", str(paths["z.npy"]),
-          "--max-size", str(config["max_size"]), "--hard-neighbors", str(TRAIN_HARD), *common,
-          "--out", str(paths["ours.json"])], "hyset-jax's training loop")
+  docs = {"theirs": [], "ours": []}
+  for _ in range(rounds):
+    _child([str(python), str(TRAIN_RUNNER), "--peer", str(peer), "--checkpoint", str(ckpt),
+            "--hard-neighbor-k", str(TRAIN_HARD), "--device", device, *common,
+            "--out", str(paths["theirs.json"])],
+           "the authors' training loop")
+    _child([sys.executable, "-m", "benchmarks.peer_train", "--tools", str(paths["z.npy"]),
+            "--max-size", str(config["max_size"]), "--hard-neighbors", str(TRAIN_HARD),
+            *common, "--out", str(paths["ours.json"])], "hyset-jax's training loop")
+    for side in docs:
+      docs[side].append(json.loads(paths[f"{side}.json"].read_text(encoding="utf-8")))
   out = {"model": config["name"], "batch_size": batch, "k_neg": TRAIN_K_NEG,
-         "hard_neighbors": TRAIN_HARD, "steps": steps, "warmup": warmup}
+         "hard_neighbors": TRAIN_HARD, "steps": steps, "warmup": warmup, "rounds": rounds}
   for side in ("theirs", "ours"):
-    doc = json.loads(paths[f"{side}.json"].read_text(encoding="utf-8"))
+    doc = _merge_rounds(docs[side])
     s = float(np.median(doc["s_per_step"]))
     out[side] = {**doc, "s_per_step_median": s, "queries_per_s": batch / s,
                  "pool_share": float(np.median(doc["pool_s_per_step"])) / s}
@@ -396,7 +413,10 @@ def training_md(rows: list[dict]) -> list[str]:
            f"Each loop as written, in its own process: K_neg = {r0['k_neg']} (the gold set and "
            f"50/30/20 uniform / in-batch / hard negatives, {r0['hard_neighbors']} hard "
            f"neighbours), M = {r0['ours']['max_size']}, the median of {r0['steps']} steps "
-           f"after {r0['warmup']} (ours: compilation in the first). The authors' loop: per "
+           f"after {r0['warmup']} (ours: compilation in the first)"
+           + (f", in {r0['rounds']} alternating rounds (theirs, ours, theirs, …; the median "
+              f"over every round's steps)" if r0.get("rounds", 1) > 1 else "")
+           + ". The authors' loop: per "
            "example `build_pool` + `score_candidate_sets`, then AdamW; ours: `make_batch` + "
            "the jitted step. Peak RSS: the process's VmHWM.", "",
            "| batch | side | s per step | queries/s | building pools | peak RSS | "
@@ -493,6 +513,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
   # gradient per candidate group): a few steps give its median.
   p.add_argument("--train-steps", type=int, default=3, help="timed training steps")
   p.add_argument("--train-warmup", type=int, default=1, help="untimed steps before them")
+  p.add_argument("--train-rounds", type=int, default=2,
+                 help="alternating rounds of the two training loops (each side's median is over "
+                      "all its rounds' steps)")
   p.add_argument("--peer-device", default="cpu",
                  help="the authors' side's torch device (cuda on a GPU; ours: JAX's default)")
   p.add_argument("--out", default=str(RESULTS / "peer"),
@@ -504,8 +527,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                           [int(b) for b in args.train_batches.split(",")])
   except ValueError:
     p.error(f"--train-batches {args.train_batches!r}: comma-separated integers or 'none'")
-  if any(b < 1 for b in args.train_batches) or args.train_steps < 1 or args.train_warmup < 1:
-    p.error("--train-batches, --train-steps and --train-warmup must be positive")
+  if (any(b < 1 for b in args.train_batches) or args.train_steps < 1 or args.train_warmup < 1
+      or args.train_rounds < 1):
+    p.error("--train-batches, --train-steps, --train-warmup and --train-rounds must be positive")
   return args
 
 
@@ -532,13 +556,14 @@ def _run(args, peer: pathlib.Path, python: pathlib.Path):
       results.append(agreement_on(model, queries, row, peer, python, pathlib.Path(tmp),
                                   args.peer_device)[0])
   config, batches = (SMALL, [8]) if args.quick else (PAPER, args.train_batches)
-  steps, warmup = (2, 1) if args.quick else (args.train_steps, args.train_warmup)
+  steps, warmup, rounds = ((2, 1, 1) if args.quick
+                           else (args.train_steps, args.train_warmup, args.train_rounds))
   for batch in batches:
     print(f"training: {config['name']}, batch {batch}, {steps} steps", file=sys.stderr,
           flush=True)
     with tempfile.TemporaryDirectory(prefix="peer-train-") as tmp:
       training.append(train_speed(config, peer, python, batch, steps, warmup,
-                                  pathlib.Path(tmp), device=args.peer_device))
+                                  pathlib.Path(tmp), device=args.peer_device, rounds=rounds))
   return results, timing, training
 
 

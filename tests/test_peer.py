@@ -325,10 +325,24 @@ def test_training_leg_beside_the_authors_loop(tmp_path):
   if setup is None:
     pytest.skip(reason)
   bench, checkout, python = setup
-  r = bench.train_speed(bench.SMALL, checkout, python, 8, 2, 1, tmp_path)
+  r = bench.train_speed(bench.SMALL, checkout, python, 8, 2, 1, tmp_path)   # 2 rounds
+  assert r["rounds"] == 2
   for side in ("theirs", "ours"):
-    assert r[side]["batch_size"] == 8 and len(r[side]["s_per_step"]) == 2
+    assert r[side]["batch_size"] == 8 and len(r[side]["s_per_step"]) == 4   # 2 steps × 2
     assert r[side]["queries_per_s"] > 0 and r[side]["peak_rss_bytes"] > 2**20
   assert r["ratio_per_example"] == pytest.approx(
       r["theirs"]["s_per_step_median"] / r["ours"]["s_per_step_median"])
   assert bench.training_md([r])[-1].startswith("Once per epoch")
+
+
+def test_training_rounds_merge_into_one_median():
+  """The training leg's alternating rounds: each side's steps from every round, its largest
+  peak RSS; its figure is the median over all of them (no torch needed)."""
+  from benchmarks import peer as bench
+  a = {"s_per_step": [1.0, 3.0], "pool_s_per_step": [0.1, 0.3], "peak_rss_bytes": 5, "k": 1}
+  b = {"s_per_step": [2.0, 10.0], "pool_s_per_step": [0.2, 1.0], "peak_rss_bytes": 7, "k": 2}
+  merged = bench._merge_rounds([a, b])
+  assert merged["s_per_step"] == [1.0, 3.0, 2.0, 10.0]
+  assert merged["pool_s_per_step"] == [0.1, 0.3, 0.2, 1.0]
+  assert merged["peak_rss_bytes"] == 7 and merged["k"] == 1
+  assert a["s_per_step"] == [1.0, 3.0]                    # the rounds' own results untouched
