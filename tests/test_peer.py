@@ -346,3 +346,21 @@ def test_training_rounds_merge_into_one_median():
   assert merged["pool_s_per_step"] == [0.1, 0.3, 0.2, 1.0]
   assert merged["peak_rss_bytes"] == 7 and merged["k"] == 1
   assert a["s_per_step"] == [1.0, 3.0]                    # the rounds' own results untouched
+
+
+def test_inference_timing_brackets_the_authors_run():
+  """Ours is timed before and after the authors' run and both rounds enter the medians (no
+  torch: a small model and a stand-in for their per-query seconds)."""
+  from benchmarks import peer as bench
+  model = bench.random_model(**{k: v for k, v in bench.SMALL.items() if k != "name"})
+  prepared, prepare_s = bench.prepare_timed(model)
+  before = bench.ours_times(model, prepared, 3)
+  assert len(before[1]) == 3 and len(before[bench.SPEED_BATCH]) == bench.SPEED_REPS
+  theirs = {"queries": [{"seconds": 0.5}, {"seconds": 0.7}, {"seconds": 9.0}], "load_s": 0.1}
+  t = bench.speed(model, theirs, 3, prepared, prepare_s, before)
+  assert t["ours_batch64_calls"] == 2 * bench.SPEED_REPS and t["prepare_s"] == prepare_s
+  assert t["theirs_s_per_query_median"] == 0.7
+  assert t["ratio_batch1"] == pytest.approx(0.7 / t["ours_batch1_s_per_query"])
+  slow = {1: [10.0] * 3, bench.SPEED_BATCH: [10.0] * bench.SPEED_REPS}
+  # Every call of both rounds counts: a slow first round (3 of 6 calls) moves the median.
+  assert bench.speed(model, theirs, 3, prepared, prepare_s, slow)["ours_batch1_s_per_query"] > 1
