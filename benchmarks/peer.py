@@ -20,16 +20,22 @@ K1 = 15, K_pool = 20, M = 5, and with ``--trained`` the best model of a ``hyset 
    difference by the float64 scores of the two choices (a gap at float32 rounding is a tie).
 
 Timing (paper scale only): the authors' seconds per query, ours per query at batch 1 and at
-batch 64 on the prepared model (the neighbour table built once, as ``hyset predict`` does), and
-the ratios.
+batch 64 on the prepared model (the neighbour table built once, as ``hyset predict`` does),
+timed once before and once after the authors' run (both in the medians: a shared machine's
+speed drifts over the minute theirs takes), and the ratios.
 
 Training (paper scale; ``--quick``: the small model at batch 8): the authors' training loop
 (``benchmarks/peer_torch_train.py``: their ``NegativeSampler``, ``score_candidate_sets``, AdamW)
 and ours (``benchmarks/peer_train.py``: ``hyset train``'s ``make_batch`` and jitted step), each
 in its own process, on the same starting Z, queries and gold sets (sizes 1..5), K_neg = 64, at
-each ``--train-batches`` size: seconds per step after warm-up, queries per second, peak RSS,
-and the per-example ratio. Results: ``benchmarks/results/peer.json`` and ``.md``
-(``--quick``: stdout only).
+each ``--train-batches`` size, in ``--train-rounds`` alternating rounds (theirs, ours, theirs,
+ours): seconds per step after warm-up (the median over every round's steps), queries per
+second, peak RSS, and the per-example ratio. Results: ``benchmarks/results/peer.json`` and
+``.md`` (``--quick``: stdout only).
+
+Both sides run in the memory environment ``hyset`` gives itself (``hyset_jax/allocator.py``:
+transparent huge pages where the kernel serves them): the benchmark re-executes itself the same
+way and its children inherit it; the report says which.
 
 The peer's environment is ``benchmarks/.venv-peer`` (``--python`` names another interpreter);
 it needs torch and numpy only::
