@@ -111,8 +111,11 @@ elif [ -n "${HYSET_PEER:-}" ]; then
   pvenv=${HYSET_PEER_VENV:-$root/.venv-peer-gpu}
   [ -x "$pvenv/bin/python" ] || python3 -m venv "$pvenv"
   "$pvenv/bin/pip" install -q torch numpy
+  # The CPU run's settings (README): 40 paper-scale queries, two alternating training rounds
+  # of 12 steps after 3.
   "$py" -m benchmarks.peer --peer "$HYSET_PEER" --python "$pvenv/bin/python" \
-    --peer-device cuda --out "$out/peer" --force || echo "  peer comparison failed"
+    --peer-device cuda --queries 40 --train-warmup 3 --train-steps 12 \
+    --out "$out/peer" --force || echo "  peer comparison failed"
 else
   echo "peer: not run (HYSET_PEER does not name a checkout of the authors' repository)"
 fi
