@@ -10,13 +10,14 @@
   each level of subsets to memory and gathers it back), measured in docs/speed.md.
 - ``expansion.cc`` (Eq. 13): :func:`hyset_jax.inference.neighbors.expand` from the neighbour
   table, one query at a time (:func:`expand`): the same picks and boundary ties, without XLA's
-  few dozen small reductions per batch.
+  few dozen small reductions per batch; ℓ as [Q, N] or ℓᵀ [N, Q] (``by_tool``).
 - ``pairs.cc`` (Eq. 3): a shortlist's pair matrices G_m from the prepared Z M_m rows
   (:func:`pair_matrices`), the upper triangle computed and mirrored (M_m is symmetric).
 - ``greedy.cc``: the paper's greedy ranking of the shortlist (:func:`greedy_ranking`, what
   ``rankings.rank_tools(..., "greedy")`` returns), one query at a time.
 - ``topk.cc`` (Eq. 12): stage 1's K1 tools of largest ℓ (:func:`top_k`, ``jax.lax.top_k``'s
-  indices and order), a row per thread, one pass over it against the current K-th key.
+  indices and order), a row per thread, one pass over it against the current K-th key; or, from
+  ℓᵀ [N, Q] (``by_tool``, a small batch's layout), 16 queries per task.
 
 Build: the first use on a machine compiles the sources with the system C++ compiler (``$CXX``,
 else ``c++``, ``g++`` or ``clang++``; C++17 with GCC ≥ 12 or Clang, for
