@@ -15,7 +15,8 @@ Two paths compute the same outputs:
 - :func:`predict` (from θ): stage 1 and the expansion scan every tool, G_m is built per query
   from Z_S and M_m (K·d² per size). The reference, and what the StableHLO export traces.
 - :func:`predict_prepared` (from a :class:`PreparedModel`, built once per model by
-  :func:`prepare`): stage 1 is one [Q, d_r]×[d_r, N] product with P already applied to Z, G_m
+  :func:`prepare`): stage 1 is one [Q, d_r]×[d_r, N] product with P already applied to Z
+  (taken tool-major, ℓᵀ [N, Q], for the small batches the backend says: :func:`_stage1`), G_m
   gathers rows of the precomputed Z M_m (K²·d per size), and the expansion reads the
   neighbour table of :mod:`hyset_jax.inference.neighbors` (O(K1·K_pool) per query, exact; a
   batch with a boundary tie is scanned in full). :func:`predict_batched` (``hyset predict``)
