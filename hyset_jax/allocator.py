@@ -32,6 +32,9 @@ from collections.abc import Mapping
 TUNABLE = "glibc.malloc.hugetlb"
 VARIABLE = "GLIBC_TUNABLES"
 OPT_OUT = "HYSET_HUGEPAGES"
+# Set in the re-executed process: never a second re-execution, even where the C library drops
+# GLIBC_TUNABLES from the environment (setuid programs).
+ASKED = "HYSET_HUGEPAGES_ASKED"
 THP_ENABLED = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
 MIN_GLIBC = (2, 35)  # the first glibc with the tunable
 
@@ -62,14 +65,14 @@ def environment(environ: Mapping[str, str], mode: str | None,
   """The environment to re-execute with (``environ`` with the tunable added to
   ``GLIBC_TUNABLES``), or None when it should be left as it is (the module docstring's cases).
   Pure: ``mode`` is :func:`thp_mode`'s answer, ``glibc`` the C library's (major, minor)."""
-  if environ.get(OPT_OUT, "1") == "0" or mode != "madvise":
+  if environ.get(OPT_OUT, "1") == "0" or ASKED in environ or mode != "madvise":
     return None
   if glibc is None or glibc < MIN_GLIBC:
     return None
   tunables = environ.get(VARIABLE, "")
   if any(t.split("=", 1)[0] == TUNABLE for t in tunables.split(":") if t):
     return None
-  return {**environ, VARIABLE: ":".join(t for t in (tunables, f"{TUNABLE}=1") if t)}
+  return {**environ, VARIABLE: ":".join(t for t in (tunables, f"{TUNABLE}=1") if t), ASKED: "1"}
 
 
 def reexec() -> None:

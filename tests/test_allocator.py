@@ -24,6 +24,7 @@ GLIBC = (2, 36)
     ({}, None, GLIBC, None),           # no THP (not Linux, or no sysfs)
     ({}, "madvise", (2, 34), None),    # glibc before the tunable
     ({}, "madvise", None, None),       # another C library
+    ({"HYSET_HUGEPAGES_ASKED": "1"}, "madvise", GLIBC, None),  # re-executed once already
 ])
 def test_environment(environ, mode, glibc, want):
   env = allocator.environment({"PATH": "/bin", **environ}, mode, glibc)
@@ -31,6 +32,7 @@ def test_environment(environ, mode, glibc, want):
     assert env is None
   else:
     assert env["GLIBC_TUNABLES"] == want and env["PATH"] == "/bin"
+    assert env["HYSET_HUGEPAGES_ASKED"] == "1"
     # Re-executed with it, the next start leaves the environment alone: no loop.
     assert allocator.environment(env, mode, glibc) is None
 
@@ -49,7 +51,8 @@ def test_the_command_reexecutes_with_huge_pages(tmp_path, opt_out):
   """``hyset`` run as a program asks for huge pages where this machine serves them (what
   :func:`allocator.environment` says here), and not when opted out; the result's machine block
   says which. A library call (``cli.main([...])``) never re-executes: this test process is one."""
-  env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "HYSET_HUGEPAGES")}
+  env = {k: v for k, v in os.environ.items()
+         if k not in ("GLIBC_TUNABLES", "HYSET_HUGEPAGES", "HYSET_HUGEPAGES_ASKED")}
   if opt_out:
     env["HYSET_HUGEPAGES"] = "0"
   out = tmp_path / "bench.json"
