@@ -80,11 +80,14 @@ def reexec() -> None:
   the script, the arguments) with huge pages asked for, when :func:`environment` says so;
   otherwise return. Call it first thing in a program's entry point, never in a library call."""
   env = environment(os.environ, thp_mode(), _glibc())
-  if env is None:
+  if env is None or not sys.executable:    # an embedded interpreter has no program to re-run
     return
   sys.stdout.flush()
   sys.stderr.flush()
-  os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+  try:
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+  except OSError:   # not re-executable here: go on as started, with glibc's default paging
+    return
 
 
 def describe(environ: Mapping[str, str] | None = None) -> str:

@@ -66,3 +66,18 @@ def test_the_command_reexecutes_with_huge_pages(tmp_path, opt_out):
   assert described.startswith("transparent huge pages " + ("asked for" if expected
                                                             else "not asked for")), described
   assert ("glibc.malloc.hugetlb=1" in described) == expected
+
+
+def test_reexec_goes_on_where_it_cannot(monkeypatch):
+  """No program to re-run (embedded interpreter) or an exec that fails: hyset goes on as started
+  instead of failing."""
+  monkeypatch.setattr(allocator, "environment", lambda *a: {"GLIBC_TUNABLES": "x"})
+  calls = []
+
+  def fail(*a):
+    calls.append(a)
+    raise PermissionError("no exec here")
+  monkeypatch.setattr(allocator.os, "execve", fail)
+  assert allocator.reexec() is None and len(calls) == 1
+  monkeypatch.setattr(allocator.sys, "executable", "")
+  assert allocator.reexec() is None and len(calls) == 1     # not even tried
