@@ -244,12 +244,18 @@ def compare(model, queries: np.ndarray, pred, peer_doc: dict) -> dict:
           "best_set_sizes": {str(i + 1): int(c) for i, c in enumerate(sizes)}, "rows": rows}
 
 
+def config_model(config: dict, seed: int = 0):
+  """:func:`random_model` of one of the configurations above (SMALL, SMALL_MIXED, PAPER)."""
+  return random_model(config["n_tools"], config["dim"], config["k1"], config["k_pool"],
+                      config["max_size"], seed, config.get("pair_scale", 0.3),
+                      config.get("pair_decay", 0.0))
+
+
 def agreement(config: dict, peer: pathlib.Path, python: pathlib.Path, n_queries: int,
-              work: pathlib.Path, seed: int = 0, device: str = "cpu") -> dict:
-  """Build, export, run both sides and compare, for one model configuration."""
-  model = random_model(config["n_tools"], config["dim"], config["k1"], config["k_pool"],
-                       config["max_size"], seed, config.get("pair_scale", 0.3),
-                       config.get("pair_decay", 0.0))
+              work: pathlib.Path, seed: int = 0, device: str = "cpu", model=None) -> dict:
+  """Build (or take ``model``, :func:`config_model`'s), export, run both sides and compare,
+  for one model configuration."""
+  model = config_model(config, seed) if model is None else model
   queries = random_queries(n_queries, config["dim"], seed + 1)
   return agreement_on(model, queries, config, peer, python, work, device)
 
@@ -389,8 +395,7 @@ def train_speed(config: dict, peer: pathlib.Path, python: pathlib.Path, batch: i
   ``rounds`` alternating rounds (theirs, ours, theirs, ours, …) and each side's figure is the
   median over all its rounds' steps: on a shared machine whose speed drifts over minutes, one
   side's run alone can land in a fast spell and the other's in a slow one."""
-  model = random_model(config["n_tools"], config["dim"], config["k1"], config["k_pool"],
-                       config["max_size"], seed)
+  model = config_model(config, seed)
   queries, gold = train_inputs(config["n_tools"], config["dim"], config["max_size"],
                                batch * (warmup + steps))
   ckpt = export_checkpoint(model, work)
@@ -568,20 +573,16 @@ def _run(args, peer: pathlib.Path, python: pathlib.Path):
     with tempfile.TemporaryDirectory(prefix=f"peer-{config['name']}-") as tmp:
       print(f"{config['name']}: {config['n_tools']} tools, d = {config['dim']}, {n} queries",
             file=sys.stderr, flush=True)
-      if config is not PAPER:
-        result = agreement(config, peer, python, n, pathlib.Path(tmp),
-                           device=args.peer_device)[0]
-      else:  # timed: ours before and after the authors' run
-        model = random_model(config["n_tools"], config["dim"], config["k1"],
-                             config["k_pool"], config["max_size"])
+      model = config_model(config)
+      if config is PAPER:  # timed: ours before and after the authors' run
         prepared, prepare_s = prepare_timed(model)
         before = ours_times(model, prepared, n)
-        result, model, _, peer_doc = agreement_on(model, random_queries(n, config["dim"], 1),
-                                                  config, peer, python, pathlib.Path(tmp),
-                                                  args.peer_device)
+      result, model, _, peer_doc = agreement(config, peer, python, n, pathlib.Path(tmp),
+                                             device=args.peer_device, model=model)
+      results.append(result)
+      if config is PAPER:
         timing = speed(model, peer_doc, n, prepared, prepare_s, before)
         timing.update(theirs_queries=n, ours_batch1_queries=2 * n)
-      results.append(result)
   if args.trained:
     row, model, queries = trained_model(args.trained, args.trained_queries)
     print(f"{row['name']}: {row['n_tools']} tools, d = {row['dim']}, M = {row['max_size']}, "

@@ -390,8 +390,7 @@ def _stage1(prep: PreparedModel, x: QueryInputs, k1: int, backend: backends.Back
   the backend reads that way (``backend.by_tool_queries``; unfiltered: a filter's expansion
   scans every tool per query), else ℓ f32[Q, N]."""
   q = x.embedding.shape[0]
-  by_tool = (q <= backend.by_tool_queries and x.allowed is None
-             and backend.top_k is not None and backend.expand is not None)
+  by_tool = q <= backend.by_tool_queries and x.allowed is None
   r = _query_side(prep.params, x.embedding)
   w = prep.logit_weights
   if by_tool:

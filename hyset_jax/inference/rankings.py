@@ -206,10 +206,11 @@ def rank_tools(logits: jax.Array, pairs: jax.Array, best_positions: jax.Array,
   if ranking == "set-max":
     pos = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), (q, k))
     best = set_max(logits, pairs, max_size)
-    if seen is None:
-      return jax.lax.sort((-best, -logits, pos), dimension=1, num_keys=3)[2]
-    best = jnp.maximum(best, seen.member_best)  # F' ≥ F: a seen set only raises its members'
+    if seen is not None:  # F' ≥ F: a seen set can only raise its members' best
+      best = jnp.maximum(best, seen.member_best)
     order = jax.lax.sort((-best, -logits, pos), dimension=1, num_keys=3)[2]
+    if seen is None:
+      return order
     # A tool training never named (added to the library, or carried onto) has no trained pairs,
     # so every set holding it scores low and set-max sinks it below the trained tools whatever
     # its ℓ: such a query is ranked set-first.

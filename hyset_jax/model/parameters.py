@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from hyset_jax.errors import UserError
-from hyset_jax.model.scoring import HysetParams, QueryInteraction, QueryTower
+from hyset_jax.model.scoring import HysetParams, QueryInteraction, QueryTower, symmetrize
 
 # The ablations of paper §3.3: per-cardinality M_m (HYSET), one shared learned M, a fixed
 # identity M, or no F_set at all.
@@ -35,11 +35,6 @@ INTERACTIONS = ("per_cardinality", "shared", "identity", "none")
 def normalize_rows(x: jax.Array, eps: float = 1e-12) -> jax.Array:
   """Rows scaled to unit L2 norm (the constraint ‖z_j‖ = 1 of Eq. 11). f32[N, d] -> f32[N, d]."""
   return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
-
-
-def symmetrize(m: jax.Array) -> jax.Array:
-  """½(M + Mᵀ) over the last two axes: f32[..., d, d] -> f32[..., d, d], exactly symmetric."""
-  return 0.5 * (m + jnp.swapaxes(m, -1, -2))
 
 
 def init_tower(query_dim: int, depth: int, hidden: int, key: jax.Array) -> QueryTower | None:

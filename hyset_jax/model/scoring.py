@@ -201,6 +201,11 @@ def tool_logits(query_emb: jax.Array, projection: jax.Array, tool_emb: jax.Array
   return (query_emb @ projection) @ tool_emb.T
 
 
+def symmetrize(m: jax.Array) -> jax.Array:
+  """½(M + Mᵀ) over the last two axes: f32[..., d, d] -> f32[..., d, d], exactly symmetric."""
+  return 0.5 * (m + jnp.swapaxes(m, -1, -2))
+
+
 def align_scores(logits: jax.Array, mask: jax.Array) -> jax.Array:
   """F_align = Σ_k α_k ℓ_k with α = softmax over the members of each set (Eq. 4-6).
 
@@ -345,17 +350,15 @@ def set_scores(params: HysetParams, query_emb: jax.Array, members: jax.Array,
     # differentiated for M only and z's gradient is taken twice through emb
     # (:func:`symmetric_interaction_scores`): a [rows, d]·[d, d] product per chunk fewer in the
     # backward pass. M_s = ½ (M + Mᵀ) is M itself, bit for bit, for the symmetric M training keeps.
-    ms = 0.5 * (params.interactions + jnp.swapaxes(params.interactions, -1, -2))
-    keyed = keyed_lib.member_products(z, ms, members, card, mask & (size >= 2)[..., None])
-    return (symmetric_interaction_scores(emb, keyed, mask) + align_scores(logits, mask)
-            + conditioned_scores(params, query_emb, members, mask))
-  if method == "gather":
+    keyed = keyed_lib.member_products(z, symmetrize(params.interactions), members, card,
+                                      mask & (size >= 2)[..., None])
+    f_set = symmetric_interaction_scores(emb, keyed, mask)
+  elif method == "gather":
     keyed_all = jnp.einsum("nd,kde->kne", z, params.interactions)    # [M-1, N, d]
-    keyed = keyed_all[card[..., None], members]                      # [B, C, m, d]
+    f_set = interaction_scores(emb, keyed_all[card[..., None], members], mask)
   else:
     raise ValueError(f"unknown set_scores method {method!r}")
-  return (interaction_scores(emb, keyed, mask) + align_scores(logits, mask)
-          + conditioned_scores(params, query_emb, members, mask))
+  return f_set + align_scores(logits, mask) + conditioned_scores(params, query_emb, members, mask)
 
 
 def _conditioning(params: HysetParams, query_emb: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -95,6 +95,13 @@ def axis_size(mesh, axis: str) -> int:
   return 1 if mesh is None or mesh.empty else dict(mesh.shape).get(axis, 1)
 
 
+def tools_shards(num_tools: int) -> int:
+  """How many ``tools`` shards the context mesh splits N tools into: its ``tools`` axis size,
+  or 1 when there is none or N does not divide evenly (then the tools are not split)."""
+  t = axis_size(jax.sharding.get_abstract_mesh(), TOOLS_AXIS)
+  return 1 if num_tools % t else t
+
+
 def logical_spec(axes) -> PartitionSpec:
   """A PartitionSpec for an array whose axes are named ``axes`` (LOGICAL_RULES)."""
   return PartitionSpec(*(LOGICAL_RULES.get(a) for a in axes))
@@ -156,8 +163,9 @@ def top_k(x: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
     (values f[..., k], indices int32[..., k]), replicated.
   """
   mesh = jax.sharding.get_abstract_mesh()
-  t, n = axis_size(mesh, TOOLS_AXIS), x.shape[-1]
-  if t == 1 or n % t:
+  n = x.shape[-1]
+  t = tools_shards(n)
+  if t == 1:
     return jax.lax.top_k(x, k)
   local = n // t
   spec = PartitionSpec(*([None] * (x.ndim - 1)), TOOLS_AXIS)

@@ -79,24 +79,35 @@ inline void Insert(int32_t key, int32_t i, int64_t k, int32_t* keys, int32_t* id
   idx[p] = i;
 }
 
-void RowTopK(const float* x, int64_t n, int64_t k, int32_t* out) {
+// The k largest keys offered so far, descending (ties: the earlier index), once the first k
+// values have filled it.
+struct KeptList {
   int32_t keys[kMaxK], idx[kMaxK];
-  int64_t filled = 0, i = 0;
-  for (; i < k; ++i) Insert(Key(x[i]), static_cast<int32_t>(i), k, keys, idx, &filled);
-  int32_t last = keys[k - 1];
-  float last_value = Value(last);
+  int64_t filled = 0;
+
+  void Fill(int32_t key, int32_t i, int64_t k) { Insert(key, i, k, keys, idx, &filled); }
+  float LastValue(int64_t k) const { return Value(keys[k - 1]); }
+  // Whether (key, i) entered, i.e. the k-th key changed.
+  bool Offer(int32_t key, int32_t i, int64_t k) {
+    if (key <= keys[k - 1]) return false;
+    Insert(key, i, k, keys, idx, &filled);
+    return true;
+  }
+};
+
+void RowTopK(const float* x, int64_t n, int64_t k, int32_t* out) {
+  KeptList top;
+  int64_t i = 0;
+  for (; i < k; ++i) top.Fill(Key(x[i]), static_cast<int32_t>(i), k);
+  float last_value = top.LastValue(k);
   auto offer = [&](int64_t j) {  // value j against the K-th kept one
-    const int32_t key = Key(x[j]);
-    if (key <= last) return;
-    Insert(key, static_cast<int32_t>(j), k, keys, idx, &filled);
-    last = keys[k - 1];
-    last_value = Value(last);
+    if (top.Offer(Key(x[j]), static_cast<int32_t>(j), k)) last_value = top.LastValue(k);
   };
   for (; i + kBlock <= n; i += kBlock)
     if (AnyNotBelow(x + i, last_value))
       for (int64_t j = i; j < i + kBlock; ++j) offer(j);
   for (; i < n; ++i) offer(i);
-  std::memcpy(out, idx, k * sizeof(int32_t));
+  std::memcpy(out, top.idx, k * sizeof(int32_t));
 }
 
 // Whether any of x[c] is not below t[c], c < kColumns (NaN included), as AnyNotBelow.
@@ -118,29 +129,21 @@ inline bool AnyColumnNotBelow(const float* x, const float* t) {
 // q0 + c's list. The same per-value steps as RowTopK, so the same answers.
 void ColumnsTopK(const float* x, int64_t n, int64_t q, int64_t q0, int64_t width, int64_t k,
                  int32_t* out) {
-  int32_t keys[kColumns][kMaxK], idx[kColumns][kMaxK], last[kColumns];
-  int64_t filled[kColumns] = {};
-  float last_value[kColumns];
+  KeptList top[kColumns];
+  float last_value[kColumns];  // contiguous: one vector test per tool
   int64_t i = 0;
   for (; i < k; ++i)
     for (int64_t c = 0; c < width; ++c)
-      Insert(Key(x[i * q + q0 + c]), static_cast<int32_t>(i), k, keys[c], idx[c], &filled[c]);
-  for (int64_t c = 0; c < width; ++c) {
-    last[c] = keys[c][k - 1];
-    last_value[c] = Value(last[c]);
-  }
+      top[c].Fill(Key(x[i * q + q0 + c]), static_cast<int32_t>(i), k);
+  for (int64_t c = 0; c < width; ++c) last_value[c] = top[c].LastValue(k);
   for (; i < n; ++i) {
     const float* row = x + i * q + q0;
     if (width == kColumns && !AnyColumnNotBelow(row, last_value)) continue;
-    for (int64_t c = 0; c < width; ++c) {
-      const int32_t key = Key(row[c]);
-      if (key <= last[c]) continue;
-      Insert(key, static_cast<int32_t>(i), k, keys[c], idx[c], &filled[c]);
-      last[c] = keys[c][k - 1];
-      last_value[c] = Value(last[c]);
-    }
+    for (int64_t c = 0; c < width; ++c)
+      if (top[c].Offer(Key(row[c]), static_cast<int32_t>(i), k))
+        last_value[c] = top[c].LastValue(k);
   }
-  for (int64_t c = 0; c < width; ++c) std::memcpy(out + c * k, idx[c], k * sizeof(int32_t));
+  for (int64_t c = 0; c < width; ++c) std::memcpy(out + c * k, top[c].idx, k * sizeof(int32_t));
 }
 
 ffi::Error TopKImpl(ffi::ThreadPool pool, ffi::Buffer<ffi::F32> x,
