@@ -170,6 +170,39 @@ def test_both_through_predict_and_eval(world, capsys):
   assert metrics["carried"]["n_queries"] == len(QUERIES)
 
 
+def test_a_wholly_new_library_drops_the_tower_and_ranks_by_logit(world, capsys):
+  # None of the model's tools listed: besides the carrying, the query tower is left out and the
+  # ranking is logit (carry.foreign) — the predictions of that model made by hand, and stderr
+  # says so. warm_start's carry() keeps both (θ is trained there).
+  strangers = {f"s{i}": w for i, w in enumerate(WORDS[:6])} | NEW
+  spec = write_library(world / "strangers_new.json", strangers)
+  rows, err = predict(world, capsys, world / "model", "--tools", spec, out="foreign.jsonl")
+  assert (f"carried onto {spec}: 0 tools kept, 10 added (encoder embeddings), 14 dropped; none "
+          "of the model's tools is listed: its query tower is left out, tools are ranked by ℓ "
+          "(logit, not set-max)") in err
+  model = modeldir.load_model_dir(world / "model")
+  assert model.params.tower is not None
+  carried, report = carry.carry(model, load_dataset(spec).tools, carry.tool_encoder(model))
+  assert report.foreign and carried.params.tower is not None and carried.ranking == "set-max"
+  by_hand = dataclasses.replace(carried, params=carried.params._replace(tower=None),
+                                ranking="logit", path=None)
+  modeldir.save_model_dir(world / "by_hand", by_hand, force=True)
+  expected, err = predict(world, capsys, world / "by_hand")
+  assert rows == expected and "carried" not in err
+  kept_tower, _ = predict(world, capsys, world / "model", "--tools", spec, "--ranking", "logit",
+                          out="foreign_logit.jsonl")
+  assert kept_tower == rows  # an explicit --ranking still wins; the tower is left out either way
+  with_tower = dataclasses.replace(carried, ranking="logit", path=None)
+  modeldir.save_model_dir(world / "with_tower", with_tower, force=True)
+  towered, _ = predict(world, capsys, world / "with_tower")
+  assert towered != rows  # the tower mattered (scores, if not the order)
+  # One tool kept: the model's own rows are there, nothing else changes.
+  one = write_library(world / "one_kept.json", {"t0": MODEL_TOOLS["t0"]} | strangers)
+  _, err = predict(world, capsys, world / "model", "--tools", one, out="one.jsonl")
+  assert "1 tools kept" in err and "tower" not in err
+  assert carry.foreign(by_hand) == (by_hand, [])
+
+
 def test_errors_exit_2(world, capsys):
   model = modeldir.load_model_dir(world / "model")
   bare = dataclasses.replace(model, query_encoder=None, lexical=None, path=None,

@@ -13,6 +13,17 @@ Row order of the result: the kept tools in the model's order, then the added one
 library's order — the rows ``tools remove`` + ``tools add`` give. Predictions name tools by id,
 so the order only decides ties; keeping the trained rows where they were means a library that
 merely lists the model's tools in another order changes nothing at all.
+
+A library that keeps **none** of the model's tools (the cross-domain setting) is scored by
+:func:`carry_onto` without the two pieces that only make sense beside trained tool rows
+(:func:`foreign`): the query tower (not in the paper), which maps queries toward the trained Z
+that no row of the new library lives in, and a set ranking (``set-max``, ``set-first``, …),
+whose pair terms and seen-set prior were fitted on the model's own rows; tools are ranked by ℓ
+(``logit``; an explicit ``--ranking`` still wins) and the delivered set is still F's argmax.
+Measured on the carried presets that have them (docs/model.md, "A model on a wholly new
+library"): ToolLens → ToolBench's six test sets and UltraTool → Seal-Tools go from below dense
+on COMP@5 to above it. ``hyset_jax.training.warm_start`` calls :func:`carry` itself and keeps
+both: there θ is trained on the new library.
 """
 from __future__ import annotations
 
@@ -42,6 +53,11 @@ class CarryReport:
   added: int = 0
   dropped: int = 0
   left_out: int = 0
+
+  @property
+  def foreign(self) -> bool:
+    """Whether no tool of the model's is left (every row is an encoder row)."""
+    return self.kept == 0
 
   @property
   def changed(self) -> bool:
@@ -127,10 +143,35 @@ def carry(model, library, encode_tools: EncodeTools | None, *, name: str = "the 
   return carried, CarryReport(kept, len(added), len(dropped), len(new) - len(added))
 
 
+def foreign(model) -> tuple[object, list[str]]:
+  """``model`` (carried onto a library with none of its tools) without the query tower and with
+  the ``logit`` ranking; returns it and what was changed, in words (empty: nothing to change).
+
+  Why (measured 2026-12-05, docs/model.md): the tower is fitted to map queries toward the
+  trained tool rows (ToolLens' trained z sit at cosine 0.57 from their encoder rows), and the
+  set rankings read pair terms fitted on those rows; on a library of encoder rows alone both
+  rank below the plain dense retriever, ℓ without the tower above it."""
+  changes, params = [], model.params
+  if params.tower is not None:
+    params = params._replace(tower=None)
+    changes.append("its query tower is left out")
+  if model.default_ranking != "logit":
+    changes.append(f"tools are ranked by ℓ (logit, not {model.default_ranking})")
+  if not changes:
+    return model, changes
+  return dataclasses.replace(model, params=params, ranking="logit"), changes
+
+
 def carry_onto(model, library, spec: str, log: Callable[[str], None] | None = None):
   """``model`` carried onto ``library`` (read from data spec ``spec``), saying on stderr (or
-  through ``log``) what changed when anything did; nothing is said when nothing changed."""
+  through ``log``) what changed when anything did; nothing is said when nothing changed. On a
+  library that keeps none of the model's tools, :func:`foreign` follows (and is said too)."""
   carried, report = carry(model, library, tool_encoder(model), name=spec)
   if report.changed:
-    (log or (lambda msg: print(msg, file=sys.stderr)))(report.message(spec))
+    message = report.message(spec)
+    if report.foreign:
+      carried, changes = foreign(carried)
+      if changes:
+        message += "; none of the model's tools is listed: " + ", ".join(changes)
+    (log or (lambda msg: print(msg, file=sys.stderr)))(message)
   return carried
