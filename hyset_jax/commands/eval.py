@@ -14,7 +14,9 @@ untrained HYSET built from the encoder's tool embeddings (P = I, M = 0), which
 ranks exactly like ``dense``: the baseline any training must beat. ``--model``
 takes a model directory or a ``hyset train`` workdir (its best/ model); a model trained on
 another library is carried onto the data set's (hyset_jax.io.carry: tools it lacks get the
-tool encoder's embedding, tools the library does not list are dropped, stderr says how many).
+tool encoder's embedding, tools the library does not list are dropped, stderr says how many;
+on a library with none of the model's tools, its query tower is left out and the default
+ranking is logit).
 ``--split validation`` on a data set without one scores the validation split
 training carves out of train (same query-id hash, ``--validation-fraction``).
 The trained baselines

@@ -4,7 +4,8 @@ Output: one JSON object a line, in input order, with ``query_id``, ``set`` (tool
 ``set_score``, ``ranking`` (tool ids) and ``shortlist`` (tool ids, shortlist order); the
 contract is in docs/contracts.md. ``--tools SPEC`` carries the model onto another library first
 (hyset_jax.io.carry): tools it lacks get the tool encoder's embedding, as ``hyset tools add`` gives
-them, tools SPEC does not list are dropped, and stderr says how many of each.
+them, tools SPEC does not list are dropped, and stderr says how many of each; on a library with
+none of the model's tools, its query tower is left out and the default ranking is ``logit``.
 
 ``--allow FILE`` / ``--deny FILE`` (one tool id a line; ``prefix*`` for every id starting
 with ``prefix``; blank lines and ``#`` comments skipped) limit the answers to the allowed tools
