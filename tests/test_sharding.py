@@ -83,7 +83,9 @@ def test_stage1_and_hard_negatives_with_z_sharded_equal_replicated():
     sl = jax.jit(pipeline.shortlist, static_argnums=(2, 3, 4))(sharded, q, mc.k1, mc.k_pool,
                                                                  mc.max_set_size)
     nb = batches.gold_neighbors(z, gold, 8)
+    distinct = pipeline.shortlist_distinct(sharded, q, mc.k1, mc.k_pool, mc.max_set_size)
   np.testing.assert_array_equal(sl.tools, want_sl.tools)
+  np.testing.assert_array_equal(distinct.tools, want_sl.tools)
   np.testing.assert_allclose(sl.logits, want_sl.logits, atol=1e-5)
   np.testing.assert_array_equal(nb, want_nb)
 

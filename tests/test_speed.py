@@ -1,6 +1,7 @@
 """The fast inference paths against the reference paths: neighbour-table expansion, prepared
 model, best-only stage 2, and the tool-ranking methods (hand-checked and brute force)."""
 import itertools
+import json
 
 import jax.numpy as jnp
 import numpy as np
@@ -74,6 +75,44 @@ def test_neighbor_expansion_equals_the_full_scan(kind):
   exp = neighbors.expand(prep.neighbors, logits, s0, k_pool - k1)
   if kind == "random":
     assert not np.any(np.asarray(exp.tie))
+
+
+@pytest.mark.parametrize("kind", ["random", "trained-like", "untrained", "filtered"])
+def test_the_distinct_tool_scan_equals_the_full_scan(kind):
+  # Training's shortlist (pipeline.shortlist_distinct): queries that share their stage-1 tools
+  # (near-duplicate requests), so the batch's S0 slots repeat tools; padding rows repeat one.
+  rng = np.random.default_rng(3)
+  n, d, k1, k_pool = 300, 12, 6, 10
+  params = {"random": make_params, "trained-like": trained_like, "filtered": make_params,
+            "untrained": make_params}[kind](rng, n, d, 3)
+  if kind == "untrained":  # M = 0: every g ties, the order falls back to ℓ, then the row
+    params = params._replace(interactions=jnp.zeros_like(params.interactions))
+  base = rng.normal(size=(7, d))
+  r = jnp.asarray(base[rng.integers(7, size=70)] + 0.01 * rng.normal(size=(70, d)), jnp.float32)
+  x = r
+  if kind == "filtered":
+    x = pipeline.QueryInputs(r, allowed=jnp.asarray(rng.random((70, n)) < 0.5))
+  full = pipeline.shortlist(params, x, k1, k_pool, 3)
+  got = pipeline.shortlist_distinct(params, x, k1, k_pool, 3)
+  slots = np.asarray(full.tools)[:, :k1]
+  assert len(np.unique(slots)) < slots.size / 3 and len(np.unique(slots)) % 64
+  np.testing.assert_array_equal(np.asarray(got.tools), np.asarray(full.tools))
+  np.testing.assert_array_equal(np.asarray(got.logits), np.asarray(full.logits))
+
+
+def test_the_train_shortlist_benchmark_checks_its_answer_and_its_outputs(tmp_path, capsys):
+  from benchmarks import train_shortlist
+  argv = ["--sizes", "300", "--repeats", "1", "--tag", "t", "--results", str(tmp_path)]
+  assert train_shortlist.main(argv) == 0
+  doc = json.loads((tmp_path / "train_shortlist_t.json").read_text())
+  (r,) = doc["rows"]
+  assert r["tools"] == 300 and 0 < r["distinct_s0_tools"] < 256 * 15
+  assert r["distinct_speedup"] == pytest.approx(r["scan_s"] / r["distinct_s"])
+  assert "| 300 |" in (tmp_path / "train_shortlist_t.md").read_text()
+  assert train_shortlist.main(argv) == 2  # the results exist: --force replaces them
+  assert "--force" in capsys.readouterr().err
+  assert train_shortlist.main([*argv[:-2], "--results", str(tmp_path / "missing")]) == 2
+  assert train_shortlist.main(["--sizes", "10", "--results", str(tmp_path)]) == 2
 
 
 def test_every_g_ties_when_m_is_zero_and_the_order_falls_back_to_logits():
@@ -239,6 +278,7 @@ def test_neighbor_table_cache_is_keyed_and_rebuilt_when_bad(tmp_path):
   again = pipeline.prepare(params, max_size=3, k_pool=8, cache_dir=tmp_path)
   np.testing.assert_array_equal(np.asarray(again.neighbors.ids), np.asarray(prep.neighbors.ids))
   files[0].write_bytes(b"not an npz")
+  neighbors._LAST.clear()  # the process's last table would answer before the file is read
   rebuilt = pipeline.prepare(params, max_size=3, k_pool=8, cache_dir=tmp_path)
   np.testing.assert_array_equal(np.asarray(rebuilt.neighbors.ids), np.asarray(prep.neighbors.ids))
   other = params._replace(interactions=params.interactions * 2)
@@ -248,6 +288,27 @@ def test_neighbor_table_cache_is_keyed_and_rebuilt_when_bad(tmp_path):
   s = np.array(params.tool_embeddings @ params.interactions[1] @ params.tool_embeddings.T)
   np.fill_diagonal(s, -np.inf)
   np.testing.assert_allclose(np.asarray(prep.neighbors.scores), -np.sort(-s, axis=1)[:, :8],
+                             atol=1e-5)
+
+
+def test_the_last_table_is_reused_for_the_same_z_and_m_only(monkeypatch):
+  # Choosing what follows θ scores many models that share Z and M_M: one build serves them.
+  rng = np.random.default_rng(8)
+  params = make_params(rng, 60, 6, 3)
+  built = []
+  real = neighbors.build
+  monkeypatch.setattr(neighbors, "build", lambda *a, **k: built.append(1) or real(*a, **k))
+  first = pipeline.prepare(params, max_size=3, k_pool=8)
+  again = pipeline.prepare(params._replace(projection=params.projection * 2), max_size=3,
+                           k_pool=8)
+  assert len(built) == 1
+  np.testing.assert_array_equal(np.asarray(again.neighbors.ids), np.asarray(first.neighbors.ids))
+  other = params._replace(interactions=params.interactions.at[1, 0, 0].add(1.0))
+  changed = pipeline.prepare(other, max_size=3, k_pool=8)
+  assert len(built) == 2
+  s = np.array(other.tool_embeddings @ other.interactions[1] @ other.tool_embeddings.T)
+  np.fill_diagonal(s, -np.inf)
+  np.testing.assert_allclose(np.asarray(changed.neighbors.scores), -np.sort(-s, axis=1)[:, :8],
                              atol=1e-5)
 
 

@@ -34,28 +34,32 @@ def evaluate_split(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ...],
 def evaluate_rankings(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ...], mc,
                       batch_size: int, rankings: tuple[str, ...] = pipeline.RANKINGS,
                       lexical: lexical_lib.LexicalIndex | None = None,
-                      lexical_scores: np.ndarray | None = None
+                      lexical_scores: np.ndarray | None = None,
+                      neighbor_table: bool | None = None
                       ) -> dict[str, dict[str, float]]:
   """:func:`evaluate_split` for each of ``rankings``, from one stage-2 pass (``lexical_scores``:
-  ``qs``'s lexical scores already computed, instead of ``lexical``)."""
+  ``qs``'s lexical scores already computed, instead of ``lexical``; ``neighbor_table``: as
+  :func:`pipeline.predict_batched`)."""
   if lexical_scores is None:
     lexical_scores = lexical_lib.query_scores(params.lexical_weight, lexical, qs.texts)
   preds = pipeline.predict_batched(jax.device_get(params),
                                     QueryInputs(qs.embeddings, lexical_scores), k1=mc.k1,
                                     k_pool=mc.k_pool, max_size=mc.max_set_size,
-                                    batch_size=batch_size, rankings=tuple(rankings))
+                                    batch_size=batch_size, rankings=tuple(rankings),
+                                    neighbor_table=neighbor_table)
   abstains = params.abstain is not None
   return {r: prediction_metrics(p, qs, tool_ids, abstains) for r, p in zip(rankings, preds)}
 
 
 def evaluate_parts(params: HysetParams, parts: dict[str, QuerySet], tool_ids: tuple[str, ...],
                    mc, batch_size: int, rankings: tuple[str, ...] = pipeline.RANKINGS,
-                   lexical: lexical_lib.LexicalIndex | None = None
-                   ) -> dict[str, dict[str, float]]:
+                   lexical: lexical_lib.LexicalIndex | None = None,
+                   neighbor_table: bool | None = None) -> dict[str, dict[str, float]]:
   """:func:`evaluate_rankings` on each validation part (split name -> queries,
   train_data.validation_parts), combined per ranking by :func:`mean_metrics`."""
   per_part = {name: evaluate_rankings(params, qs, tool_ids, mc, batch_size, rankings,
-                                      lexical=lexical) for name, qs in parts.items()}
+                                      lexical=lexical, neighbor_table=neighbor_table)
+              for name, qs in parts.items()}
   return {r: mean_metrics({name: m[r] for name, m in per_part.items()}) for r in rankings}
 
 

@@ -133,13 +133,29 @@ def cache_dir_beside(model_dir: str | os.PathLike) -> pathlib.Path:
 def load_or_build(keyed: jax.Array, z: jax.Array, m_m: jax.Array, width: int,
                   cache_dir: str | os.PathLike | None = None,
                   progress: bool = False, tag: str = "") -> NeighborTable:
-  """The table for (Z, M_M, W): read from ``cache_dir/neighbors-<hash>.npz`` when present,
-  else built (and written there when ``cache_dir`` is given). An unreadable or mismatched
-  cache file is rebuilt, never trusted. ``tag`` names a rounding of ``keyed``
-  (:func:`fingerprint`)."""
+  """The table for (Z, M_M, W): the last one this process made when it has the same
+  fingerprint, else read from ``cache_dir/neighbors-<hash>.npz`` when present, else built (and
+  written there when ``cache_dir`` is given). An unreadable or mismatched cache file is
+  rebuilt, never trusted. ``tag`` names a rounding of ``keyed`` (:func:`fingerprint`)."""
+  key = fingerprint(np.asarray(z), np.asarray(m_m), width, tag)
+  if key in _LAST:
+    return _LAST[key]
+  table = _load_or_build(key, keyed, z, width, cache_dir, progress)
+  _LAST.clear()
+  _LAST[key] = table
+  return table
+
+
+# The last table this process built or read, by its fingerprint: choosing what follows θ
+# (training/post_theta.py) scores ~25 candidate models that share Z and M_M, and rebuilding the
+# same table for each was a third of that choice at 10⁴ tools (N²·d each time).
+_LAST: dict[str, NeighborTable] = {}
+
+
+def _load_or_build(key: str, keyed: jax.Array, z: jax.Array, width: int, cache_dir,
+                   progress: bool) -> NeighborTable:
   if cache_dir is None:
     return build(keyed, z, width, progress=progress)
-  key = fingerprint(np.asarray(z), np.asarray(m_m), width, tag)
   path = pathlib.Path(cache_dir) / f"neighbors-{key[:32]}.npz"
   n = z.shape[0]
   try:

@@ -81,13 +81,66 @@ def shortlist(params: HysetParams, x: QueryInputs | jax.Array, k1: int, k_pool: 
   """
   x = query_inputs.of(x)
   z = params.tool_embeddings
-  logits = masks.mask_logits(scoring.with_lexical(params, scoring.query_logits(params, x.embedding),
-                                        x.lexical_scores), x.allowed)
-  s0 = sharding.top_k(logits, k1)[1]              # [Q, K1]; per tools shard under a mesh
+  logits, s0 = _stage1_theta(params, x, k1)
   keyed = z[s0] @ params.interactions[max_size - 2]                      # [Q, K1, d]
   extra = _expand_scan(z, keyed, logits, s0, k_pool - k1, x.allowed)
+  return _joined(logits, s0, extra)
+
+
+def _stage1_theta(params: HysetParams, x: QueryInputs, k1: int) -> tuple[jax.Array, jax.Array]:
+  """(ℓ' f32[Q, N] with the lexical term and the filter applied, S0 int32[Q, K1])."""
+  logits = masks.mask_logits(scoring.with_lexical(params, scoring.query_logits(params, x.embedding),
+                                        x.lexical_scores), x.allowed)
+  return logits, sharding.top_k(logits, k1)[1]     # S0 per tools shard under a mesh
+
+
+def _joined(logits: jax.Array, s0: jax.Array, extra: jax.Array) -> Shortlist:
   tools = jnp.concatenate([s0, extra], axis=1).astype(jnp.int32)
   return Shortlist(tools, jnp.take_along_axis(logits, tools, axis=1))
+
+
+# shortlist_distinct pads a batch's distinct S0 tools to a multiple of this many rows, so that
+# the steps of a training run share a few compiled shapes.
+DISTINCT_ROWS = 64
+
+
+def shortlist_distinct(params: HysetParams, x: QueryInputs | jax.Array, k1: int, k_pool: int,
+                       max_size: int) -> Shortlist:
+  """:func:`shortlist` for a batch whose S0 tools repeat across queries (a training batch):
+  the expansion's scan reads Z M_M z_t once per distinct tool i of the batch's S0 instead of
+  once per (query, i). The same tools in the same order; not jittable (the number of distinct
+  tools is read on the host), each half is.
+
+  Why: training draws its shortlist negatives from this shortlist at every step, and the scan
+  is 2·Q·K1·N·d flops — at N = 10⁴ padded tools, batch 256, K1 = 15, the larger half of a
+  step on a 2-core CPU. A batch's 3,840 S0 slots hold ~440 distinct tools there (ToolLens'
+  queries share their stage-1 tools), so the scan costs ~9× less.
+  """
+  x = query_inputs.of(x)
+  logits, s0 = _stage1_jit(params, x, k1)
+  slots = np.asarray(s0)
+  tools = np.unique(slots)
+  rows = np.full(-(-len(tools) // DISTINCT_ROWS) * DISTINCT_ROWS, tools[0], np.int32)
+  rows[:len(tools)] = tools                  # padding repeats a tool: a max is unchanged
+  where = np.searchsorted(tools, slots).astype(np.int32)                 # [Q, K1] into rows
+  extra = _expand_distinct(params.tool_embeddings, params.interactions[max_size - 2], rows,
+                           where, logits, s0, x.allowed, n_ext=k_pool - k1)
+  return _joined(logits, s0, extra)
+
+
+_stage1_jit = jax.jit(_stage1_theta, static_argnames=("k1",))
+
+
+@functools.partial(jax.jit, static_argnames=("n_ext",))
+def _expand_distinct(z: jax.Array, m_m: jax.Array, rows: jax.Array, where: jax.Array,
+                     logits: jax.Array, s0: jax.Array, allowed: jax.Array | None, *,
+                     n_ext: int) -> jax.Array:
+  """Eq. 13 over every tool from the distinct S0 tools ``rows`` int32[U] (``where``
+  int32[Q, K1]: each S0 slot's index into ``rows``); otherwise :func:`_expand_scan`."""
+  scores = (z[rows] @ m_m) @ z.T                                          # [U, N]
+  # One [Q, N] gather per S0 slot, folded by max: never the [Q, K1, N] block.
+  g = functools.reduce(jnp.maximum, (scores[where[:, k]] for k in range(where.shape[1])))
+  return _select_expansion(g, logits, s0, n_ext, allowed)
 
 
 def _expand_scan(z: jax.Array, keyed: jax.Array, logits: jax.Array, s0: jax.Array,
@@ -95,6 +148,12 @@ def _expand_scan(z: jax.Array, keyed: jax.Array, logits: jax.Array, s0: jax.Arra
   """Eq. 13 over every tool: int32[Q, n_ext] from Z f32[N, d], keyed = Z_S0 M_M f32[Q, K1, d],
   ℓ f32[Q, N], S0 int32[Q, K1] and the filter ``allowed`` bool[Q, N] (None: every tool)."""
   g = jnp.max(jnp.einsum("nd,qkd->qnk", z, keyed), axis=-1)              # [Q, N]
+  return _select_expansion(g, logits, s0, n_ext, allowed)
+
+
+def _select_expansion(g: jax.Array, logits: jax.Array, s0: jax.Array, n_ext: int,
+                      allowed: jax.Array | None) -> jax.Array:
+  """The n_ext tools outside S0 of largest g f32[Q, N], ties by ℓ then row: int32[Q, n_ext]."""
   if allowed is not None:
     # Below every allowed tool and above S0's -inf (in g and in the tie key): when fewer
     # tools are allowed than the expansion needs, disallowed ones fill it by row, never S0.
@@ -104,7 +163,13 @@ def _expand_scan(z: jax.Array, keyed: jax.Array, logits: jax.Array, s0: jax.Arra
   g = jnp.where(in_s0, -jnp.inf, g)
   # Order the expansion by g, ties by ℓ (then by row). With M_M = 0 every g ties, so the
   # untrained model's shortlist is exactly the top K_pool by ℓ: the dense retriever.
-  threshold = jax.lax.top_k(g, n_ext)[0][:, -1:]
+  top = jax.lax.top_k(g, n_ext)
+  if sharding.tools_shards(g.shape[1]) == 1:
+    # The barrier keeps XLA (CPU) from fusing top_k into the comparisons below, where it
+    # becomes a full sort of each row: 0.36 s against 6 ms at Q = 256, N = 10⁴ (2026-12-05).
+    # Not under a tools-sharded mesh: the SPMD partitioner aborts on a barrier there.
+    top = jax.lax.optimization_barrier(top)
+  threshold = top[0][:, -1:]
   key = jnp.where(g > threshold, jnp.inf, jnp.where(g == threshold, logits, -jnp.inf))
   cand = jax.lax.top_k(key, n_ext)[1]                                    # [Q, K_pool - K1]
   cand_g = jnp.take_along_axis(g, cand, axis=1)

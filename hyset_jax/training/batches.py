@@ -104,8 +104,6 @@ def set_neighbors(z: jax.Array, gold_sets: Sequence[tuple[int, ...]], width: int
   return out
 
 
-_shortlist = jax.jit(pipeline.shortlist, static_argnames=("k1", "k_pool", "max_size"))
-
 # A query's cached self-training target: (Ê as tool rows, ρ).
 RewardCache = dict[int, tuple[tuple[int, ...], float]]
 
@@ -129,8 +127,9 @@ def make_batch(step: int, params: HysetParams, queries: QuerySet, rows: Sequence
   nbrs = set_neighbors(params.tool_embeddings, gold, mc.max_set_size, tc.hard_neighbors)
   shortlists = None
   if tc.shortlist_negatives or tc.exhaustive_loss_weight:
-    shortlists = np.asarray(_shortlist(params, queries.embeddings[idx], k1=mc.k1,
-                                       k_pool=mc.k_pool, max_size=mc.max_set_size).tools)
+    shortlists = np.asarray(pipeline.shortlist_distinct(
+        params, queries.embeddings[idx], k1=mc.k1, k_pool=mc.k_pool,
+        max_size=mc.max_set_size).tools)
   targets = [rewards.get(int(i), (None, 0.0)) for i in idx]
   pools = negatives.sample_pools(gold, rows, num_tools=num_tools, k_neg=tc.k_neg,
                                  max_size=mc.max_set_size, mix=tc.negative_mix, neighbors=nbrs,

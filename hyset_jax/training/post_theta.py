@@ -74,8 +74,11 @@ class _Scorer:
   def __call__(self, model) -> dict[str, dict[str, float]]:
     allowed = terms.allowed_rankings(model.params)
     rankings = tuple(r for r in self.requested if r in allowed)
+    # neighbor_table: the candidates share Z and M_M, so one table (built for the first,
+    # neighbors.load_or_build keeps it) serves them all, however large the library.
     return evaluator.evaluate_parts(model.params, self.parts, self.tool_ids, self.mc,
-                                    self.batch_size, rankings, lexical=model.lexical)
+                                    self.batch_size, rankings, lexical=model.lexical,
+                                    neighbor_table=True)
 
   def ranked(self, scores: dict[str, dict[str, float]]) -> str:
     """The ranking without a new term: the best mean of the rank metrics (ties: the paper's
