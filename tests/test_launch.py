@@ -209,14 +209,18 @@ def test_cluster_templates_parse():
 @pytest.mark.heavy
 def test_two_processes_of_four_devices_with_z_sharded_equal_one_device(tmp_path):
   """2 processes x 4 devices on mesh (data=2, tools=4) — Z split over each process's devices,
-  gathered across hosts for evaluation and export — equal one process on one device."""
+  gathered across hosts for evaluation and export — equal one process on one device. With the
+  presets' shortlist negatives: every process builds its rows from the batch's shortlist
+  (pipeline.shortlist_distinct reads S0 on the host)."""
+  negatives = ["--set", "train.shortlist_negatives=0.4"]
   single = subprocess.Popen(
-      [sys.executable, str(SCRIPT), str(tmp_path / "one"), "8"], cwd=REPO, text=True,
+      [sys.executable, str(SCRIPT), str(tmp_path / "one"), "8", *negatives], cwd=REPO, text=True,
       env=_env(XLA_FLAGS="--xla_force_host_platform_device_count=1"),
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   multi = tmp_path / "two"
   proc = launch(["-n", "2", "--devices-per-process", "4", "--timeout", "240", "--", "python",
-                 str(SCRIPT), str(multi), "8", "--set", "mesh.tools=4"], tmp_path / "logs",
+                 str(SCRIPT), str(multi), "8", "--set", "mesh.tools=4", *negatives],
+                tmp_path / "logs",
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
   out = proc.communicate(timeout=300)[0]
   assert proc.returncode == 0, out
