@@ -46,9 +46,10 @@ def brute_score(params: HysetParams, r: np.ndarray, members) -> float:
   return score
 
 
-def test_set_scores_with_tower_and_conditioned_term_match_brute_force():
+@pytest.mark.parametrize("n", [14, 40])  # 40 tools > the 18 member slots: Z U_m by slot
+def test_set_scores_with_tower_and_conditioned_term_match_brute_force(n):
   rng = np.random.default_rng(0)
-  params = random_params(rng)
+  params = random_params(rng, n=n)
   r = rng.normal(size=(2, 6)).astype(np.float32)
   members = np.array([[[0, 3, 5], [7, 0, 0], [2, 9, 0]], [[1, 2, 0], [4, 8, 11], [13, 0, 0]]])
   mask = np.array([[[1, 1, 1], [1, 0, 0], [1, 1, 0]], [[1, 1, 0], [1, 1, 1], [1, 0, 0]]], bool)
@@ -57,6 +58,22 @@ def test_set_scores_with_tower_and_conditioned_term_match_brute_force():
     for b, c in itertools.product(range(2), range(3)):
       e = tuple(members[b, c][mask[b, c]])
       assert got[b, c] == pytest.approx(brute_score(params, r[b], e), rel=1e-4, abs=1e-4)
+
+
+def test_member_factors_by_slot_equal_the_whole_library_with_their_gradients():
+  rng = np.random.default_rng(5)
+  z = jnp.asarray(rng.normal(size=(30, 6)), jnp.float32)
+  u = jnp.asarray(rng.normal(size=(3, 6, 4)), jnp.float32)
+  members = jnp.asarray(rng.integers(30, size=(2, 5, 4)))
+  card = jnp.asarray(rng.integers(3, size=(2, 5)))
+  w = jnp.asarray(rng.normal(size=(2, 5, 4, 4)), jnp.float32)
+  loss = lambda z, u, by_slot: jnp.sum(w * scoring.member_factors(z, u, members, card, by_slot))
+  want, got = (jax.value_and_grad(loss, argnums=(0, 1))(z, u, b) for b in (False, True))
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+  for g, h in zip(got[1], want[1]):
+    np.testing.assert_allclose(g, h, rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(scoring.member_factors(z, u, members, card, True)[1, 2, 3],
+                             z[members[1, 2, 3]] @ u[card[1, 2]], rtol=1e-5)
 
 
 def test_shortlist_pairs_sum_to_the_set_term():

@@ -387,13 +387,33 @@ def conditioned_scores(params: HysetParams, query_emb: jax.Array, members: jax.A
   size = jnp.sum(mask, axis=-1)                                        # [B, C]
   card = jnp.clip(size - 2, 0, qi.u.shape[0] - 1)
   c, beta = _conditioning(params, query_emb)                           # [B, K, R], [B, K]
-  zu = jnp.einsum("nd,kdr->knr", params.tool_embeddings, qi.u)         # [M-1, N, R]
-  p = jnp.where(mask[..., None], zu[card[..., None], members], 0.0)    # [B, C, m, R]
+  by_slot = members.size < params.tool_embeddings.shape[0]
+  p = jnp.where(mask[..., None], member_factors(params.tool_embeddings, qi.u, members, card,
+                                                by_slot), 0.0)         # [B, C, m, R]
   # Σ_{a<b} p_a p_b = ½((Σ p)² − Σ p²), per rank component.
   pairs = 0.5 * (jnp.sum(p, axis=-2) ** 2 - jnp.sum(p ** 2, axis=-2))  # [B, C, R]
   rows = jnp.arange(card.shape[0])[:, None]
   c_set, beta_set = c[rows, card], beta[rows, card]                    # [B, C, R], [B, C]
   return jnp.where(size >= 2, jnp.sum(c_set * pairs, axis=-1) + beta_set, 0.0)
+
+
+def member_factors(z: jax.Array, u: jax.Array, members: jax.Array, card: jax.Array,
+                   by_slot: bool) -> jax.Array:
+  """z_t U_{card} for every member slot: f32[B, C, m, R] from Z f32[N, d], U f32[K, d, R],
+  members int[B, C, m] and each set's factor card int[B, C] in [0, K).
+
+  ``by_slot``: project the slots' rows (K·B·C·m·d·R flops) instead of every tool's
+  (K·N·d·R) and gather — the cheaper one when the batch holds fewer member slots than the
+  library has tools (a training step at 10⁵ tools: ~half the step's flops were Z U_m).
+  The same products either way, so the same values up to rounding.
+  """
+  if not by_slot:
+    return jnp.einsum("nd,kdr->knr", z, u)[card[..., None], members]  # [K, N, R] gathered
+  emb = z[members]                                                    # [B, C, m, d]
+  out = jnp.zeros(members.shape + u.shape[-1:], z.dtype)
+  for j in range(u.shape[0]):  # K = M − 1 products of the slots' rows, each kept where it applies
+    out = jnp.where((card == j)[..., None, None], emb @ u[j], out)
+  return out
 
 
 def shortlist_pairs(params: HysetParams, query_emb: jax.Array, tools: jax.Array) -> jax.Array:
