@@ -5,6 +5,7 @@ that apply there, per seed, as resumable cells; one table with the paper's figur
   python -m benchmarks.paper_tables --table 3 --quick      # ToolLens only, seed 0, short training
   python -m benchmarks.paper_tables --table 3 --settings UT sets --seeds 0 1
   python -m benchmarks.paper_tables --table 3 [--quick] --estimate-only   # its duration only
+  python -m benchmarks.paper_tables --table 3 --report-only    # the tables of what is finished
 
 Duration, estimated from earlier measurements on the shared 2-core CPU (REF_* below; a run's
 own cells replace them): the full run 23.5 h, over one night (distractors to 10⁵: 5.8 h of
@@ -840,6 +841,10 @@ def make_parser() -> argparse.ArgumentParser:
                       help="print the selected plan's duration (by default the full run's), "
                            "estimated from the cells under --out and earlier measurements "
                            "where there are none, and stop: nothing runs")
+  parser.add_argument("--report-only", action="store_true",
+                      help="build the tables from the selected cells that are finished, "
+                           "nothing runs; the others are listed as not run (a long run's "
+                           "state so far)")
   return parser
 
 
@@ -899,16 +904,26 @@ def run(args: argparse.Namespace) -> int:
   if not plan:
     raise UserError(f"no cell to run: --settings {' '.join(args.settings)} with --methods "
                     f"{' '.join(args.methods)} selects nothing")
-  t0 = time.time()
-  ran = run_plan(plan, args.out, args)
-  report = build_report(plan, args, ran, time.time() - t0)
+  t0, left = time.time(), []
+  if args.report_only:
+    left = [c for c in plan if not finished(args.out, c, args)]
+    plan, ran = [c for c in plan if c not in left], {}
+    if not plan:
+      raise UserError(f"--report-only: none of the {len(left)} selected cells under "
+                      f"{args.out} is finished")
+  else:
+    ran = run_plan(plan, args.out, args)
+  report = build_report(plan, args, ran, time.time() - t0, left)
   write(report, outputs, args)
   print("\n".join(report["markdown"]))
   print("wrote " + ", ".join(str(p) for p in outputs.values()))
   return 0
 
 
-def build_report(plan: list[Cell], args: Any, ran: dict[str, float], wall_s: float) -> dict:
+def build_report(plan: list[Cell], args: Any, ran: dict[str, float], wall_s: float,
+                 left: list[Cell] = ()) -> dict:
+  """The tables of ``plan``'s cells (all finished) as Markdown and JSON; ``left``: the selected
+  cells not run yet (--report-only), named in the report."""
   docs = tables(plan, args.out, args)
   est = estimate(args.out)
   night = est["total_s"] <= 12 * 3600
@@ -921,7 +936,10 @@ def build_report(plan: list[Cell], args: Any, ran: dict[str, float], wall_s: flo
         f"(paired bootstrap over queries, {args.resamples} resamples; exact McNemar on "
         "COMP@5). \"paper\": the figure its text (§3.4-3.5) states; \"—\": none given. "
         "\"setting wall\": the seconds its cells took (each model's training is counted in "
-        "the first cell that needed it).", "", "## Table 3: generalisation settings", "",
+        "the first cell that needed it).",
+        *([f"Not run yet, so not in the tables (--report-only): {len(left)} cells, "
+           + ", ".join(c.name for c in left) + "."] if left else []),
+        "", "## Table 3: generalisation settings", "",
         *markdown(docs), "", *labels_markdown(docs), "## Time", "",
         f"This invocation: {wall_s / 60:.1f} min wall for {len(ran)} cells run "
         f"({len(plan) - len(ran)} reused).", *est["lines"],
@@ -934,6 +952,7 @@ def build_report(plan: list[Cell], args: Any, ran: dict[str, float], wall_s: flo
                                              if k in ("wall_s", "trainings", "tools")}
                                     for c in plan},
           "wall_s": round(wall_s, 1), "ran_s": {k: round(v, 1) for k, v in ran.items()},
+          "not_run": [c.name for c in left],
           "estimate": est, "settings": {k: getattr(args, k) for k in (
               "settings", "datasets", "pairs", "methods", "seeds", "overrides", "adapt_steps",
               "target_queries", "max_queries", "quick")} | {"out": str(args.out)},

@@ -176,6 +176,19 @@ def test_table3_models_resume_and_derived_figures(stand_in, capsys):
   assert "1 to run" in log and "UT/toollens/hyset/s0: finished before, skipped" in log
   assert len(pred.read_text().splitlines()) == 60
 
+  # --report-only: the tables of the finished cells; the selected ones not run (seed 1 here)
+  # are named, and nothing runs or trains.
+  before = len(trained)
+  assert paper_tables.main(argv + ["--force", "--report-only", "--seeds", "0", "1"]) == 0
+  assert len(trained) == before and not (out / "UT/toollens/hyset/s1").exists()
+  doc = json.loads((tmp / "res" / "t.json").read_text())
+  assert "UT/toollens/hyset/s1" in doc["not_run"] and doc["ran_s"] == {}
+  assert {(d["setting"], d["data"]) for d in doc["tables"]} == set(by)
+  assert "Not run yet, so not in the tables" in (tmp / "res" / "t.md").read_text()
+  capsys.readouterr()
+  assert paper_tables.main(argv + ["--force", "--report-only", "--out", str(tmp / "none")]) == 2
+  assert "none of the" in capsys.readouterr().err
+
 
 def test_labels_split_comp_at_5_by_what_training_names(tmp_path):
   from hyset_jax.data.types import Query
