@@ -33,6 +33,7 @@ delivered set is the exact best set over the allowed tools, and a disallowed slo
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -140,20 +141,30 @@ def _expand_distinct(z: jax.Array, m_m: jax.Array, rows: jax.Array, where: jax.A
   scores = (z[rows] @ m_m) @ z.T                                          # [U, N]
   # One [Q, N] gather per S0 slot, folded by max: never the [Q, K1, N] block.
   g = functools.reduce(jnp.maximum, (scores[where[:, k]] for k in range(where.shape[1])))
-  return _select_expansion(g, logits, s0, n_ext, allowed)
+  return _select_expansion(g, logits, s0, n_ext, allowed, top_indices)
+
+
+def _xla_top_indices(x: jax.Array, k: int) -> jax.Array:
+  return jax.lax.top_k(x, k)[1]
 
 
 def _expand_scan(z: jax.Array, keyed: jax.Array, logits: jax.Array, s0: jax.Array,
-                 n_ext: int, allowed: jax.Array | None = None) -> jax.Array:
+                 n_ext: int, allowed: jax.Array | None = None,
+                 top: Callable = _xla_top_indices) -> jax.Array:
   """Eq. 13 over every tool: int32[Q, n_ext] from Z f32[N, d], keyed = Z_S0 M_M f32[Q, K1, d],
-  ℓ f32[Q, N], S0 int32[Q, K1] and the filter ``allowed`` bool[Q, N] (None: every tool)."""
+  ℓ f32[Q, N], S0 int32[Q, K1] and the filter ``allowed`` bool[Q, N] (None: every tool);
+  ``top``: as :func:`_select_expansion`."""
   g = jnp.max(jnp.einsum("nd,qkd->qnk", z, keyed), axis=-1)              # [Q, N]
-  return _select_expansion(g, logits, s0, n_ext, allowed)
+  return _select_expansion(g, logits, s0, n_ext, allowed, top)
 
 
 def _select_expansion(g: jax.Array, logits: jax.Array, s0: jax.Array, n_ext: int,
-                      allowed: jax.Array | None) -> jax.Array:
-  """The n_ext tools outside S0 of largest g f32[Q, N], ties by ℓ then row: int32[Q, n_ext]."""
+                      allowed: jax.Array | None, top: Callable = _xla_top_indices
+                      ) -> jax.Array:
+  """The n_ext tools outside S0 of largest g f32[Q, N], ties by ℓ then row: int32[Q, n_ext].
+
+  ``top(x, k)``: the indices of ``jax.lax.top_k(x, k)``. XLA's (the default: what the exports
+  trace) or a backend's kernel (:func:`top_indices`; on a CPU the native one)."""
   if allowed is not None:
     # Below every allowed tool and above S0's -inf (in g and in the tie key): when fewer
     # tools are allowed than the expansion needs, disallowed ones fill it by row, never S0.
@@ -163,13 +174,10 @@ def _select_expansion(g: jax.Array, logits: jax.Array, s0: jax.Array, n_ext: int
   g = jnp.where(in_s0, -jnp.inf, g)
   # Order the expansion by g, ties by ℓ (then by row). With M_M = 0 every g ties, so the
   # untrained model's shortlist is exactly the top K_pool by ℓ: the dense retriever.
-  top = jax.lax.top_k(g, n_ext)
-  if sharding.tools_shards(g.shape[1]) == 1:
-    # The barrier keeps XLA (CPU) from fusing top_k into the comparisons below, where it
-    # becomes a full sort of each row: 0.36 s against 6 ms at Q = 256, N = 10⁴ (2026-12-05).
-    # Not under a tools-sharded mesh: the SPMD partitioner aborts on a barrier there.
-    top = jax.lax.optimization_barrier(top)
-  threshold = top[0][:, -1:]
+  # The threshold: the value at the n_ext-th index. With XLA's top_k on a CPU, fused into the
+  # comparisons below that also read g, it becomes a full sort of every row — 0.36 s against
+  # 6 ms with the native kernel (which XLA cannot fuse) at Q = 256, N = 10⁴ (2026-12-05).
+  threshold = jnp.take_along_axis(g, top(g, n_ext)[:, -1:], axis=1)
   key = jnp.where(g > threshold, jnp.inf, jnp.where(g == threshold, logits, -jnp.inf))
   cand = jax.lax.top_k(key, n_ext)[1]                                    # [Q, K_pool - K1]
   cand_g = jnp.take_along_axis(g, cand, axis=1)
@@ -503,6 +511,8 @@ def shortlist_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int,
   n_ext = k_pool - k1
   z = prep.params.tool_embeddings
 
+  top = functools.partial(top_indices, method=backend)
+
   def scan():
     # In chunks of queries: the branch's temporaries ([Q, N] several times over) would be
     # allocated on every call, taken or not (measured at N = 13,860, batch 256: 57 MB against
@@ -510,10 +520,10 @@ def shortlist_prepared(prep: PreparedModel, x: QueryInputs | jax.Array, k1: int,
     lq = logits.T if by_tool else logits
     if x.allowed is not None:
       return enumeration.map_query_chunks(
-          lambda keyed, lg, s, a: _expand_scan(z, keyed, lg, s, n_ext, a), SCAN_CHUNK,
+          lambda keyed, lg, s, a: _expand_scan(z, keyed, lg, s, n_ext, a, top), SCAN_CHUNK,
           prep.keyed[s0, -1], lq, s0, x.allowed)
     return enumeration.map_query_chunks(
-        lambda keyed, lg, s: _expand_scan(z, keyed, lg, s, n_ext), SCAN_CHUNK,
+        lambda keyed, lg, s: _expand_scan(z, keyed, lg, s, n_ext, top=top), SCAN_CHUNK,
         prep.keyed[s0, -1], lq, s0)
 
   table = prep.neighbors
