@@ -8,11 +8,11 @@ that apply there, per seed, as resumable cells; one table with the paper's figur
   python -m benchmarks.paper_tables --table 3 --report-only    # the tables of what is finished
 
 Duration: the report's last lines (and ``--estimate-only``) estimate the full run from the
-cells measured under --out, REF_* below where none is. On 2026-12-05 (2-core AMD EPYC): 17.7 h,
-of which the 10⁵-tool row's three trainings over the padded library, extrapolated from the 10⁴
-ones measured before the training speed-ups of that day (docs/speed.md), are ~11 h, and the
-encoding of its 90,000 new tool texts 84 min; --quick 0.7 h, over its ~20-minute aim (nine
-trainings of ~2 min fixed cost each).
+cells measured under --out, REF_* below where none is. On 2026-12-05 (2-core AMD EPYC): 9.5 h,
+within one night: the 10⁵-tool row's three trainings over the padded library 61 minutes each
+(seed 0 measured, after the training speed-ups of that day: docs/speed.md) and the encoding of
+its 90,000 new tool texts 84 min; --quick 0.7 h, over its ~20-minute aim (nine trainings of ~2
+min fixed cost each).
 
 Settings (each split is made by the setting's own builder, from the seed):
 
