@@ -89,10 +89,12 @@ def row(n: int, repeats: int, seed: int = 0) -> dict:
 def markdown(doc: dict) -> str:
   prov = doc["provenance"]
   lines = ["# The training batch's shortlist", "",
-           f"`{prov['command']}` — {prov['date']}, {prov['machine']}; B = {B}, d = {D}, K1 = {K1}, K_pool = {K_POOL}, M = {M}; "
-           "medians of repeated calls; the ratios are what to read.", "",
+           f"`{prov['command']}` — {prov['date']}, {prov['machine']}; B = {B}, d = {D}, "
+           f"K1 = {K1}, K_pool = {K_POOL}, M = {M}; medians of repeated calls; the ratios are "
+           "what to read.", "",
            "| N | distinct S0 tools of 3,840 slots | scan s | distinct s | speed-up | "
-           "selection, XLA top-k s | backend top-k s | speed-up |", "|---|---|---|---|---|---|---|---|"]
+           "selection, XLA top-k s | backend top-k s | speed-up |",
+           "|---|---|---|---|---|---|---|---|"]
   for r in doc["rows"]:
     lines.append(f"| {r['tools']:,} | {r['distinct_s0_tools']:,} | {r['scan_s']:.4f} | "
                  f"{r['distinct_s']:.4f} | {r['distinct_speedup']:.1f}× | "

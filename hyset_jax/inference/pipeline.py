@@ -95,6 +95,9 @@ def _stage1_theta(params: HysetParams, x: QueryInputs, k1: int) -> tuple[jax.Arr
   return logits, sharding.top_k(logits, k1)[1]     # S0 per tools shard under a mesh
 
 
+_stage1_jit = jax.jit(_stage1_theta, static_argnames=("k1",))
+
+
 def _joined(logits: jax.Array, s0: jax.Array, extra: jax.Array) -> Shortlist:
   tools = jnp.concatenate([s0, extra], axis=1).astype(jnp.int32)
   return Shortlist(tools, jnp.take_along_axis(logits, tools, axis=1))
@@ -127,9 +130,6 @@ def shortlist_distinct(params: HysetParams, x: QueryInputs | jax.Array, k1: int,
   extra = _expand_distinct(params.tool_embeddings, params.interactions[max_size - 2], rows,
                            where, logits, s0, x.allowed, n_ext=k_pool - k1)
   return _joined(logits, s0, extra)
-
-
-_stage1_jit = jax.jit(_stage1_theta, static_argnames=("k1",))
 
 
 @functools.partial(jax.jit, static_argnames=("n_ext",))

@@ -22,8 +22,8 @@ whose pair terms and seen-set prior were fitted on the model's own rows; tools a
 (``logit``; an explicit ``--ranking`` still wins) and the delivered set is still F's argmax.
 Measured on the carried presets that have them (docs/model.md, "A model on a wholly new
 library"): ToolLens → ToolBench's six test sets and UltraTool → Seal-Tools go from below dense
-on COMP@5 to above it (level on one of the eight test sets). ``hyset_jax.training.warm_start`` calls :func:`carry` itself and keeps
-both: there θ is trained on the new library.
+on COMP@5 to above it (level on one of the eight test sets). ``hyset_jax.training.warm_start``
+calls :func:`carry` itself and keeps both: there θ is trained on the new library.
 """
 from __future__ import annotations
 
