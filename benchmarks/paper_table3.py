@@ -20,8 +20,9 @@ Settings (each split is made by the setting's own builder, from the seed):
   carried onto the whole library;
 - ``UC-0``, ``UC-1``, ``UC-5``, ``UC-10``, ``UC-full``: held-out categories (benchmarks/kshot.py
   builds the split and one data set per setting): 0-shot is the base model; k-shot continues θ
-  from it on the base's queries plus k per category (kshot's recipe: ``--adapt-steps``, the
-  model after the last step); full supervision trains from the start with every adapt query;
+  from it on the base's queries plus k per category over the base's library plus the tools the
+  shots name (kshot's recipe: ``--adapt-steps``, the last step kept, ``train.keep=last``);
+  full supervision trains from the start with every adapt query;
 - ``sets``, ``pairs``: unseen gold sets (unseen_split.py) and unseen tool pairs
   (generalisation_splits ``--kind pairs``): every tool seen, the combination new;
 - ``CD``, ``CD+target``: benchmarks/cross_domain.py's pairs SOURCE:TARGET: the SOURCE model
@@ -262,19 +263,21 @@ def _runs(out: pathlib.Path, overrides: list[str]) -> pathlib.Path:
   return out / "train" / ("preset" if not overrides else f"set-{digest}")
 
 
-def adapt_overrides(init: pathlib.Path, steps: int) -> list[str]:
-  """kshot.py's and cross_domain.py's adaptation: θ from ``init``, a fixed short schedule."""
+def adapt_overrides(init: pathlib.Path, steps: int, last: bool = False) -> list[str]:
+  """kshot.py's and cross_domain.py's adaptation: θ from ``init``, a fixed short schedule;
+  ``last``: its last step is best/ (kshot.py: validation holds no query it adapts to)."""
   return [f"train.init_model={init.resolve()}", f"train.num_steps={steps}",
           "train.warmup_steps=0", f"train.eval_every={max(1, steps // 4)}",
-          f"train.checkpoint_every={steps}"]
+          f"train.checkpoint_every={steps}", *(["train.keep=last"] if last else [])]
 
 
 def train(out: pathlib.Path, args: Any, preset: str, spec: str, seed: int, tag: str,
-          init: pathlib.Path | None = None) -> tuple[pathlib.Path, dict]:
-  """A HYSET training of ``preset`` on ``spec`` (an adaptation from ``init``), resumed or reused
-  when its workdir exists; returns the workdir and what the cell records about it."""
+          init: pathlib.Path | None = None, last: bool = False) -> tuple[pathlib.Path, dict]:
+  """A HYSET training of ``preset`` on ``spec`` (an adaptation from ``init``, its last step kept
+  when ``last``), resumed or reused when its workdir exists; returns the workdir and what the
+  cell records about it."""
   from benchmarks import retrieval_quality
-  extra = adapt_overrides(init, args.adapt_steps) if init else []
+  extra = adapt_overrides(init, args.adapt_steps, last) if init else []
   summary = retrieval_quality.run_hyset(preset, "hyset", [*args.overrides, f"data.spec={spec}",
                                                           *extra],
                                         seed, _runs(out, args.overrides), tag)
@@ -325,10 +328,11 @@ def hyset_model(cell: Cell, out: pathlib.Path, args: Any) -> tuple[pathlib.Path,
     if name == "full":
       wd, full = train(out, args, preset, s["full"]["spec"], seed, f"UC-{data}-full")
       return wd / "best", [full]
-    # Validation holds no held-out-category query: the model after the last step (kshot.py).
+    # Validation holds no held-out-category query: the last step is kept, with the post-θ fits
+    # chosen on it (kshot.py).
     wd, adapted = train(out, args, preset, s[name]["spec"], seed, f"UC-{data}-{name}",
-                        init=base / "best")
-    return wd / "final", [rec, adapted]
+                        init=base / "best", last=True)
+    return wd / "best", [rec, adapted]
   if cell.setting in CD_SETTINGS:
     source, target = data.split(":")
     if cell.method == "hyset-in-domain":

@@ -154,6 +154,10 @@ class TrainConfig:
   eval_every: int = 250
   checkpoint_every: int = 250
   patience: int = 4                   # evaluations without a better val Recall@5
+  # Which evaluated θ becomes best/ (and gets the post-θ fits): "best" = the best validation
+  # Recall@5; "last" = the last step, no early stop — a fixed schedule, for an adaptation whose
+  # validation holds none of what it adapts to (k-shot: best/ would keep the starting model).
+  keep: str = "best"
   eval_batch_size: int = 256
 
 
@@ -213,6 +217,8 @@ def validate(config: Config) -> Config:
                "eval_batch_size", "hard_neighbors"):
     if getattr(t, name) < 1:
       raise UserError(f"train.{name} must be ≥ 1, got {getattr(t, name)}")
+  if t.keep not in ("best", "last"):
+    raise UserError(f"train.keep must be best or last, got {t.keep!r}")
   if t.learning_rate <= 0:
     raise UserError(f"train.learning_rate must be > 0, got {t.learning_rate}")
   if not t.set_losses_train_z and not t.tool_loss_weight:

@@ -24,7 +24,9 @@ def test_settings_add_k_shots_per_category_and_share_validation_and_test(tmp_pat
   base = load_dataset(settings["base"]["eval"])
   assert len(base.split("train")) == meta["train"]
   for k in (1, 5):
-    data = load_dataset(settings[f"{k}-shot"]["spec"])
+    data = load_dataset(settings[f"{k}-shot"]["eval"])
+    trained = load_dataset(settings[f"{k}-shot"]["spec"])
+    assert trained.split("train") == data.split("train") and "test" not in trained.splits
     extra = [q for q in data.split("train") if "#" in q.id]
     originals = {q.id.split("#")[0] for q in extra}
     per_category = collections.Counter(
@@ -38,6 +40,11 @@ def test_settings_add_k_shots_per_category_and_share_validation_and_test(tmp_pat
     assert data.split("test") == base.split("test")
     # No training query needs a held-out tool except the shots.
     assert all(held & set(q.gold) for q in extra)
+    # HYSET trains over the base's library plus the held-out tools the shots name, no other.
+    named = {t for q in extra for t in q.gold}
+    assert set(trained.tools.ids) == (set(test.tools.ids) - held) | named
+    assert held - named and len(trained.tools) == settings[f"{k}-shot"]["library"]
+    assert data.tools == test.tools
     assert not any(held & set(q.gold) for q in data.split("train") if "#" not in q.id)
   full = load_dataset(settings["full"]["spec"])
   assert len(full.split("train")) == meta["train"] + meta["adapt"]

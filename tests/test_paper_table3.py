@@ -21,7 +21,7 @@ from hyset_jax.retrievers.base import Retrieval
 
 class _Oracle:
   """A stand-in for a trained HYSET: the gold set first on every ``every``-th ToolLens query
-  (every other for a model's best/, every third for an adapted final/, so settings differ),
+  (every other for a trained model, every third for a k-shot adapted one, so settings differ),
   BM25 elsewhere; its set is the gold set's size of its ranking."""
 
   def __init__(self, tools, every, gold):
@@ -55,20 +55,20 @@ def _toollens_gold(root: pathlib.Path) -> dict[str, tuple[str, ...]]:
 
 @pytest.fixture
 def stand_in(tmp_path, monkeypatch, shared_data):
-  trained: list[tuple[str, str | None]] = []
+  trained: list[tuple[str, str | None, bool]] = []
   real_eval = eval_command.build_retriever
 
-  def train(out, args, preset, spec, seed, tag, init=None):
+  def train(out, args, preset, spec, seed, tag, init=None, last=False):
     wd = out / "train" / f"{tag}_s{seed}"
     (wd / "best").mkdir(parents=True, exist_ok=True)
     (wd / "config.json").write_text(json.dumps({"model": {"max_set_size": 5}}))
-    trained.append((tag, init and str(init.relative_to(out))))
+    trained.append((tag, init and str(init.relative_to(out)), last))
     return wd, {"tag": tag, "preset": preset, "kind": "adapt" if init else "full", "steps": 0,
                 "wall_s": None, "workdir": str(wd)}
 
   def build(method, tools, *, model=None, **kw):
     if method == "hyset":
-      return _Oracle(tools, 3 if model.endswith("final") else 2, _toollens_gold(shared_data))
+      return _Oracle(tools, 3 if "-shot_" in model else 2, _toollens_gold(shared_data))
     return real_eval(method, tools, model=model, **kw)
 
   monkeypatch.setattr(t3, "train", train)
@@ -111,14 +111,15 @@ def test_table3_models_resume_and_derived_figures(stand_in, capsys):
   argv, trained, tmp = stand_in
   assert paper_tables.main(argv) == 0
   # Which model each setting scores: k-shot and CD+target adapt from their base models.
-  assert ("UC-toollens-5-shot", "train/UC-toollens-base_s0/best") in trained
-  assert ("CD-toollens-toolbench-adapted", "train/native-toollens_s0/best") in trained
+  # k-shot keeps its last step (its validation holds no held-out category); CD+target its best.
+  assert ("UC-toollens-5-shot", "train/UC-toollens-base_s0/best", True) in trained
+  assert ("CD-toollens-toolbench-adapted", "train/native-toollens_s0/best", False) in trained
   assert {"UT-toollens", "UC-toollens-full", "sets-toollens", "native-toolbench"} <= {
-      t for t, _ in trained}
+      t for t, *_ in trained}
   out = tmp / "out" / "cells"
   assert json.loads((out / "dist-1000/toollens/bm25/result.json").read_text())["tools"] == 1000
   # The padded model trains on the native model's queries over the library the setting scores.
-  assert ("padded-toollens-1000", None) in trained
+  assert ("padded-toollens-1000", None, False) in trained
   padded = load_dataset(f"beir:{tmp / 'out' / 'cd_data' / 'data_toollens_m3_padded1000'}")
   native = load_dataset(f"beir:{tmp / 'out' / 'cd_data' / 'data_toollens_m3'}")
   assert len(padded.tools) == 1000 and padded.tools.ids[:len(native.tools)] == native.tools.ids

@@ -91,3 +91,22 @@ def test_a_model_of_another_layout_is_refused(trained):
   no_texts = dataclasses.replace(_regrown(data), tool_texts=())
   with pytest.raises(UserError, match="no tool texts"):
     warm_start.theta_from_model(final, no_texts, mc)
+
+
+def test_keep_last_makes_the_last_step_best_without_early_stop(trained, tmp_path):
+  final, data = trained
+  # patience 0 would stop at the first evaluation that is not better; keep=last never stops
+  # and best/ is the last step's θ (with the post-θ fits chosen on it).
+  c = small_config(init_model=str(final), num_steps=6, warmup_steps=0, eval_every=2,
+                   log_every=1, checkpoint_every=6, patience=0, keep="last")
+  summary = train.train_and_evaluate(c, tmp_path / "c", data=data, progress=False,
+                                     num_devices=1)
+  assert summary["steps"] == 6 and summary["best_step"] == 6
+  best = modeldir.load_model_dir(tmp_path / "c" / "best")
+  last = modeldir.load_model_dir(tmp_path / "c" / "final")
+  start = modeldir.load_model_dir(final)
+  np.testing.assert_array_equal(best.params.tool_embeddings, last.params.tool_embeddings)
+  np.testing.assert_array_equal(best.params.interactions, last.params.interactions)
+  assert not np.allclose(best.params.interactions, start.params.interactions)
+  with pytest.raises(UserError, match="train.keep must be best or last"):
+    small_config(keep="first")

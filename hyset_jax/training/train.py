@@ -229,7 +229,8 @@ def validate_and_keep_best(state: TrainState, loop: LoopState, done: int, *, dat
                            config: config_lib.Config, workdir: pathlib.Path
                            ) -> tuple[LoopState, dict[str, float]]:
   """Validation metrics at ``done`` steps; best/ and the patience count follow Recall@5 (with
-  ``data.validation_sets``: its mean over both validation parts)."""
+  ``data.validation_sets``: its mean over both validation parts), or, with ``train.keep=last``,
+  every evaluation replaces best/ (the last step is always evaluated)."""
   mc = config.model
   params = sharding.to_host(parameters.materialize(state.theta, mc))  # Z may be split over hosts
   # During training "auto" validates with the paper's greedy ranking; the method is chosen once,
@@ -237,7 +238,8 @@ def validate_and_keep_best(state: TrainState, loop: LoopState, done: int, *, dat
   ranking = pipeline.DEFAULT_RANKING if mc.ranking == "auto" else mc.ranking
   vm = evaluator.evaluate_parts(params, validation_parts(data, config.data), data.tool_ids, mc,
                                 config.train.eval_batch_size, (ranking,))[ranking]
-  if sharding.first_process_decides(vm["recall@5"] > loop.best_recall5):
+  keep = config.train.keep == "last" or vm["recall@5"] > loop.best_recall5
+  if sharding.first_process_decides(keep):
     loop = dataclasses.replace(loop, best_recall5=vm["recall@5"], best_step=done, stale_evals=0)
     if jax.process_index() == 0:
       workdir_lib.export_model(params, data.tool_ids, data.query_encoder, mc, workdir / "best",
