@@ -147,6 +147,8 @@ def test_training_chooses_the_term_and_predict_uses_it_on_real_bfcl(tmp_path, ca
   assert best.params.lexical_weight is not None and float(best.params.lexical_weight) > 0
   manifest = json.loads((tmp_path / "run" / "best" / "manifest.json").read_text())
   assert manifest["format"] == modeldir.FORMAT and "lexical" in manifest["terms"]
+  # ... and the β it uses on a library with none of its tools (post_theta.fit_foreign).
+  assert manifest["foreign"] == best.foreign and best.foreign["lexical_weight"] >= 0
   data = prepare_data(c)
   assert best.lexical.tool_texts == data.tool_texts
   test = data.splits[c.data.test_split]
@@ -243,7 +245,10 @@ def test_switching_the_term_on_a_finished_run_rechooses_without_retraining(tmp_p
   np.testing.assert_array_equal(best.params.projection, params.projection)
   rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
   assert any(k.startswith("lexical β=") for k in rows[-1]["validation_by_ranking"])
-  assert [f["term"] for f in rows[-1]["fits"]] == ["lexical"]
+  assert [f["term"] for f in rows[-1]["fits"] if "library" not in f] == ["lexical"]
+  # With the term chosen, its β for a wholly new library is chosen after it (post_theta).
+  foreign = [f for f in rows[-1]["fits"] if f.get("library") == "foreign"]
+  assert len(foreign) == (best.lexical is not None) and (best.foreign is not None) == bool(foreign)
   # Switched off again, a best/ that has the term (forced here: tiny's validation may not
   # choose one) loses it and is scored without it.
   forced = dataclasses.replace(best, params=best.params._replace(lexical_weight=np.float32(2)),

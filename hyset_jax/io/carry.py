@@ -144,22 +144,33 @@ def carry(model, library, encode_tools: EncodeTools | None, *, name: str = "the 
 
 
 def foreign(model) -> tuple[object, list[str]]:
-  """``model`` (carried onto a library with none of its tools) without the query tower and with
-  the ``logit`` ranking; returns it and what was changed, in words (empty: nothing to change).
+  """``model`` (carried onto a library with none of its tools) without the query tower, with
+  the ``logit`` ranking and with the lexical weight its manifest's ``foreign`` records (when it
+  records one); returns it and what was changed, in words (empty: nothing to change).
 
   Why (measured 2026-12-05, docs/model.md): the tower is fitted to map queries toward the
   trained tool rows (ToolLens' trained z sit at cosine 0.57 from their encoder rows), and the
   set rankings read pair terms fitted on those rows; on a library of encoder rows alone both
-  rank below the plain dense retriever, ℓ without the tower above it."""
+  rank below the plain dense retriever, ℓ without the tower above it. β was chosen beside the
+  trained rows; ``foreign``'s β was chosen by training on its own validation re-scored the way
+  this function leaves the model (hyset_jax.training.post_theta.fit_foreign)."""
   changes, params = [], model.params
   if params.tower is not None:
     params = params._replace(tower=None)
     changes.append("its query tower is left out")
   if model.default_ranking != "logit":
     changes.append(f"tools are ranked by ℓ (logit, not {model.default_ranking})")
+  lexical = model.lexical
+  beta = (model.foreign or {}).get("lexical_weight")
+  if beta is not None and model.lexical is not None and beta != params.lexical_weight:
+    changes.append(f"the lexical weight is its foreign-library one, β = {beta:g} "
+                   f"(not {params.lexical_weight:g})" if beta else
+                   "the lexical term is left out (its foreign-library β is 0)")
+    params = params._replace(lexical_weight=np.float32(beta) if beta else None)
+    lexical = lexical if beta else None
   if not changes:
     return model, changes
-  return dataclasses.replace(model, params=params, ranking="logit"), changes
+  return dataclasses.replace(model, params=params, ranking="logit", lexical=lexical), changes
 
 
 def carry_onto(model, library, spec: str, log: Callable[[str], None] | None = None):

@@ -84,8 +84,9 @@ def write_npz(out: str | os.PathLike, model: modeldir.ModelDir, *,
     arrays.update({f"lexical_{k}": np.asarray(doc[k]) for k in ("k1", "b", "tokenizer")})
   arrays.update({k: np.asarray(v, dtype=str if k == "terms" else None)
                  for k, v in model.manifest().items()
-                 if k not in ("tool_ids", "first_stage") and v is not None})  # first_stage:
-  # a hyset-jax runtime choice (hyset_jax/inference/ann.py), not part of the exported model
+                 if k not in ("tool_ids", "first_stage", "foreign") and v is not None})
+  # first_stage and foreign: hyset-jax runtime choices (hyset_jax/inference/ann.py, io/carry.py),
+  # not part of the exported model
   with atomic_dir(out, force, marker=MARKERS["npz"], what="npz export") as tmp:
     np.savez(tmp / NPZ_FILE, **arrays)
   return pathlib.Path(out)

@@ -68,6 +68,11 @@ FIRST_STAGE_PARAMETERS = {"index": ("hnsw_sq8", "hnsw", "ivf", "ivf_sq8", "flat"
                           "expansion_effort": 0, "candidates": 1, "neighbors": 1,
                           "expansion": ("index", "lowrank"), "expansion_rank": 1,
                           "expansion_candidates": 1}
+# The manifest's optional "foreign": what a model carried onto a library that lists none of its
+# tools uses instead of its in-domain choices (hyset_jax/io/carry.py, foreign; chosen by
+# training on its own validation re-scored as such a library, hyset_jax/training/post_theta.py).
+# Each setting: its least value. "lexical_weight": β there (0: the lexical term left out).
+FOREIGN_SETTINGS = {"lexical_weight": 0.0}
 _SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4",
                        "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?"}
 
@@ -94,6 +99,7 @@ class Model(NamedTuple):
   abstain: tuple[np.ndarray, ...] | None = None  # (w f32[d_r], b f32[], threshold f32[] τ)
   set_weight: float | None = None  # γ, the set term's weight in stage 2
   first_stage: dict | None = None  # None: exact; else {"kind": "ann", ...} (check_first_stage)
+  foreign: dict | None = None  # None: none recorded; else {"lexical_weight": β} (check_foreign)
 
   @property
   def terms(self) -> tuple[str, ...]:
@@ -357,6 +363,31 @@ def check_first_stage(value, where) -> dict | None:
   return dict(value)
 
 
+def check_foreign(value, where, terms: tuple[str, ...]) -> dict | None:
+  """The manifest's ``foreign`` field, validated: None when absent or null, else the settings
+  (:data:`FOREIGN_SETTINGS`; ``lexical_weight`` only beside the lexical term). ModelError
+  naming the field and the fault."""
+  field = "field 'foreign'"
+  if value is None:
+    return None
+  if not isinstance(value, dict):
+    raise ModelError(f"{where}: {field} must be an object such as {{\"lexical_weight\": 4}}, "
+                     f"got {value!r}")
+  unknown = sorted(set(value) - set(FOREIGN_SETTINGS))
+  if unknown:
+    raise ModelError(f"{where}: {field} has unknown setting(s) {', '.join(map(repr, unknown))}; "
+                     f"known: {', '.join(FOREIGN_SETTINGS)}")
+  for name, least in FOREIGN_SETTINGS.items():
+    v = value.get(name)
+    if name in value and (isinstance(v, bool) or not isinstance(v, (int, float))
+                          or not np.isfinite(v) or v < least):
+      raise ModelError(f"{where}: {field} setting {name!r} must be a number ≥ {least:g}, "
+                       f"got {v!r}")
+  if "lexical_weight" in value and "lexical" not in terms:
+    raise ModelError(f"{where}: {field} sets 'lexical_weight' but the model has no lexical term")
+  return {k: float(v) for k, v in value.items()}
+
+
 def from_tensors(tensors: dict, manifest: dict, where, tensors_where,
                  lexical: dict | None = None) -> Model:
   """A validated :class:`Model` from its tensors and manifest (and lexical.json's content for a
@@ -379,6 +410,7 @@ def from_tensors(tensors: dict, manifest: dict, where, tensors_where,
     raise ModelError(f"{where}: field 'ranking' is {ranking!r}; expected one of "
                      f"{', '.join(RANKINGS)}")
   first_stage = check_first_stage(manifest.get("first_stage"), where)
+  foreign = check_foreign(manifest.get("foreign"), where, terms)
   t = check_tensors(tensors, terms, m, tensors_where)
   groups = {term_field(term): tuple(t[n] for n in term_tensors(term)) for term in terms}
   if "lexical" in terms:
@@ -393,7 +425,7 @@ def from_tensors(tensors: dict, manifest: dict, where, tensors_where,
   model = Model(t["tool_embeddings"], t["projection"],
                 np.stack([t[f"interaction_{k}"] for k in range(2, m + 1)]), tuple(tool_ids), m,
                 k1, k_pool, encoder, ranking=ranking, lexical=lexical if "lexical" in terms
-                else None, first_stage=first_stage, **groups)
+                else None, first_stage=first_stage, foreign=foreign, **groups)
   validate(model, tensors_where, where)
   return model
 

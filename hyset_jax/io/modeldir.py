@@ -20,6 +20,8 @@ Layout::
                         "ranking": "greedy"|"logit"|"set-first"|"set-mean"|"set-max",
                         "first_stage": "exact" | {"kind": "ann", ...} (optional: the
                         approximate first stage, hyset_jax/inference/ann.py; absent = exact),
+                        "foreign": {"lexical_weight": β} (optional: what the model uses on
+                        a library with none of its tools, hyset_jax/io/carry.py),
                         "fits": [...] (optional: what training chose after θ, a record)}
 
 Loading validates everything and raises :class:`UserError` naming the tensor or field at fault.
@@ -72,6 +74,9 @@ class ModelDir:
   # else {"kind": "ann", ...parameters} (model_format.check_first_stage; read by
   # hyset_jax.inference.ann.settings). Written as the manifest's "first_stage".
   first_stage: dict | None = None
+  # What the model uses on a library that lists none of its tools (hyset_jax.io.carry.foreign),
+  # chosen by training after θ: None, or {"lexical_weight": β}. The manifest's "foreign".
+  foreign: dict | None = None
 
   @property
   def default_ranking(self) -> str:
@@ -100,6 +105,7 @@ class ModelDir:
             "max_set_size": self.max_set_size, "k1": self.k1, "k_pool": self.k_pool,
             "query_encoder": self.query_encoder, "ranking": self.default_ranking} | (
                 {"first_stage": dict(self.first_stage)} if self.first_stage else {}) | (
+                {"foreign": dict(self.foreign)} if self.foreign else {}) | (
                 {"fits": list(self.fits)} if self.fits else {})
 
 
@@ -136,7 +142,7 @@ def from_model(m: model_format.Model, path: pathlib.Path | None = None) -> Model
   lexical = None if m.lexical is None else lexical_lib.LexicalIndex(
       tuple(m.lexical["tool_texts"]), k1=m.lexical["k1"], b=m.lexical["b"])
   return ModelDir(params, m.tool_ids, m.max_set_size, m.k1, m.k_pool, m.query_encoder, path,
-                  m.ranking, lexical, first_stage=m.first_stage)
+                  m.ranking, lexical, first_stage=m.first_stage, foreign=m.foreign)
 
 
 def load_model_dir(path: str | os.PathLike) -> ModelDir:

@@ -10,6 +10,9 @@ first, so switching one off (or on) on a finished run rechooses everything after
 The result records every candidate: the validation metrics of each ``"<term> <candidate>
 <ranking>"`` (metrics.jsonl) and, per term, each candidate's criterion score and the one chosen
 (the model's ``manifest.json``, key ``fits``).
+
+Last, for a model with the lexical term, :func:`fit_foreign` chooses the β it uses on a library
+that lists none of its tools (the manifest's ``foreign``; hyset_jax/io/carry.py).
 """
 from __future__ import annotations
 
@@ -46,11 +49,11 @@ class Selection(NamedTuple):
 
 
 def strip(model):
-  """``model`` without any term that is fitted after θ."""
+  """``model`` without any term that is fitted after θ (nor its foreign-library settings)."""
   for term in terms.REGISTRY.values():
     if term.fit is not None:
       model = term.without(model)
-  return model
+  return dataclasses.replace(model, foreign=None)
 
 
 def _value(fit, metrics: dict[str, float], plain: dict[str, float]) -> float | None:
@@ -65,11 +68,13 @@ class _Scorer:
   """Validation metrics of a model under the rankings it allows (of those requested): with
   ``data.validation_sets``, the mean over both validation parts (evaluator.mean_metrics)."""
 
-  def __init__(self, data, config):
+  def __init__(self, data, config, ranking: str | None = None):
     self.parts = validation_parts(data, config.data)
     self.tool_ids, self.mc = data.tool_ids, config.model
     self.batch_size = config.train.eval_batch_size
-    self.requested = pipeline.RANKINGS if self.mc.ranking == "auto" else (self.mc.ranking,)
+    # ``ranking``: this one only (fit_foreign's logit), whatever the config's.
+    self.fixed = ranking or (None if self.mc.ranking == "auto" else self.mc.ranking)
+    self.requested = (self.fixed,) if self.fixed else pipeline.RANKINGS
 
   def __call__(self, model) -> dict[str, dict[str, float]]:
     allowed = terms.allowed_rankings(model.params)
@@ -83,7 +88,7 @@ class _Scorer:
   def ranked(self, scores: dict[str, dict[str, float]]) -> str:
     """The ranking without a new term: the best mean of the rank metrics (ties: the paper's
     greedy, the first of ``pipeline.RANKINGS``), or the configured one."""
-    return self.mc.ranking if self.mc.ranking != "auto" else evaluator.best_ranking(scores)
+    return self.fixed or evaluator.best_ranking(scores)
 
 
 def fit_term(term: terms.Term, model, data, config, scorer: _Scorer | None = None,
@@ -135,7 +140,50 @@ def select(model, data, config) -> Selection:
     table |= rows
     fits.append(record)
     plain = plain if model is before else None  # the next term's baseline: the model so far
+  model, rows, record = fit_foreign(model, data, config)
+  if record is not None:
+    table |= rows
+    fits.append(record)
   return Selection(model, ranking, table, fits)
+
+
+def _as_if_foreign(model, data):
+  """``model`` carried onto its own library under ids it does not know, as
+  :func:`hyset_jax.io.carry.carry_onto` carries it onto a library with none of its tools:
+  every row the tool's encoder embedding (data's, by text), then ``carry.foreign``'s changes
+  (no query tower, logit) and no lexical term. Rows stay in data's order."""
+  from hyset_jax.data.types import ToolLibrary
+  from hyset_jax.io import carry
+  prefix, known = "foreign:", set(model.tool_ids)
+  while any(prefix + t in known for t in data.tool_ids):
+    prefix = "_" + prefix
+  library = ToolLibrary(tuple(prefix + t for t in data.tool_ids), tuple(data.tool_texts),
+                        ({},) * len(data.tool_ids))
+  by_text = dict(zip(data.tool_texts, np.asarray(data.tool_embeddings, np.float32)))
+  carried, _ = carry.carry(model, library, lambda texts: np.stack([by_text[t] for t in texts]))
+  carried, _ = carry.foreign(dataclasses.replace(carried, foreign=None))
+  return terms.REGISTRY["lexical"].without(carried)
+
+
+def fit_foreign(model, data, config):
+  """The lexical weight ``model`` uses on a library that lists none of its tools: its own
+  validation scored with the model as such a library sees it (:func:`_as_if_foreign`), the
+  lexical term's grid against its absence (absence wins ties) under ``logit``, on the same
+  criterion as the in-domain β. β chosen beside trained rows undersells BM25 where every row is
+  an encoder row (measured: docs/model.md, "A model on a wholly new library").
+
+  Returns (``model`` with ``foreign = {"lexical_weight": β}``, the metrics table with keys
+  ``"foreign lexical <candidate> logit"``, the record), or (``model``, {}, None) for a model
+  without the lexical term or data without tool texts.
+  """
+  if model.lexical is None or len(data.tool_texts) != len(data.tool_ids):
+    return model, {}, None
+  term = terms.REGISTRY["lexical"]
+  chosen, _, rows, record = fit_term(term, _as_if_foreign(model, data), data, config,
+                                     _Scorer(data, config, ranking="logit"))
+  beta = float(chosen.params.lexical_weight or 0.0)
+  return (dataclasses.replace(model, foreign={"lexical_weight": beta}),
+          {f"foreign {k}": v for k, v in rows.items()}, record | {"library": "foreign"})
 
 
 def with_record(selection: Selection):
