@@ -257,3 +257,24 @@ def test_set_errors_labels_mistakes_and_checks_outputs_first(tmp_path, capsys):
   assert set_errors.main(argv + ["--force"]) == 2
   err = capsys.readouterr().err
   assert "nope" in err and "Traceback" not in err
+
+
+def test_a_training_killed_before_its_first_checkpoint_still_reports_its_time(tmp_path,
+                                                                             monkeypatch):
+  """retrieval_quality.run_hyset: a wall time for a training run start to end here — also in a
+  workdir left by a run killed before any checkpoint (it trains from step 0 again) — and none
+  for one resumed from or reusing a checkpoint."""
+  from benchmarks import retrieval_quality
+  from hyset_jax.training import train as train_lib
+
+  def fake(config, workdir, progress):
+    (workdir / "checkpoints" / "40").mkdir(parents=True, exist_ok=True)
+    return {"steps": 40}
+
+  monkeypatch.setattr(train_lib, "train_and_evaluate", fake)
+  wd = tmp_path / "run_hyset_s0"
+  (wd / "checkpoints").mkdir(parents=True)       # what a killed run leaves: no step saved
+  (wd / "config.json").write_text("{}")
+  first = retrieval_quality.run_hyset("tiny", "hyset", [], 0, tmp_path, "run")
+  assert first["wall_s"] is not None and first["workdir"] == str(wd)
+  assert retrieval_quality.run_hyset("tiny", "hyset", [], 0, tmp_path, "run")["wall_s"] is None
