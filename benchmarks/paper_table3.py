@@ -608,11 +608,14 @@ def _clock(seconds: float) -> str:
 # Seconds measured on this shared 2-core CPU before Table 3 existed, used where this run's
 # cells measured nothing of the kind (a cell's own measurement always wins):
 # - a preset's whole training (its step budget): ToolLens 1,280 s (benchmarks/kshot.py's
-#   full-supervision run, results/kshot_toollens.md; the paper_tables --quick cell's 1.15 s/step
-#   and 124 s overhead give 1,279 s); ToolBench with the ToolLens preset 3,150 s (runs/cross:
+#   full-supervision run of 2026-12-04, results/kshot_toollens.md in git; the paper_tables
+#   --quick cell's 1.15 s/step and 124 s overhead give 1,279 s. Since docs/speed.md's training
+#   speed-ups the same run took 219 s on the idle CPU, 2026-12-05: these references err long);
+#   ToolBench with the ToolLens preset 3,150 s (runs/cross:
 #   3.15 s/step × 1,000); UltraTool, Seal-Tools: paper_estimate.REFERENCE_TRAIN_S; BFCL 600 steps
 #   × 1.05 s/step + 100 s (the paper_tables --quick cell);
-# - an adaptation of 100 steps: 579 s (kshot.py's 1-, 5- and 10-shot runs: 713, 560, 465 s);
+# - an adaptation of 100 steps: 579 s (kshot.py's 1-, 5- and 10-shot runs of 2026-12-04: 713,
+#   560, 465 s; 50, 53, 54 s on 2026-12-05);
 # - a training's fixed part (data, compilation, the first validation): 124 s (the --quick
 #   ToolLens cell), the rest scaling with the steps;
 # - scoring a setting's test split with a trained HYSET: 10 s (the quick cells: 5 s);
