@@ -99,6 +99,30 @@ def test_add_update_remove_while_serving(retriever):
     assert client.get("/healthz").json()["tools"] == 39
 
 
+def test_a_catalogue_with_none_of_the_models_tools_left_is_scored_as_a_new_library(retriever):
+  """Once updates have removed or redefined every tool the model came with, the served model is
+  the one ``hyset predict --tools`` would score on such a library (carry.foreign: logit, the
+  foreign-library β); while one is left, nothing of that changes."""
+  import dataclasses
+  from hyset_jax.model.lexical import LexicalIndex
+  base = dataclasses.replace(retriever.model, ranking="set-first")
+  texts = tuple(d["description"] for d in retriever.definitions)
+  start = retriever.with_library(dataclasses.replace(
+      base, params=base.params._replace(lexical_weight=np.float32(1)), lexical=LexicalIndex(texts),
+      foreign={"lexical_weight": 8.0}), retriever.definitions)
+  new = [{"id": f"n{i}", "description": f"New tool number {i}."} for i in range(40)]
+  for keep in (1, 0):
+    with make_client(start) as client:
+      r = client.post("/v1/tools", json={"add": new[:39], "remove": [f"t{i}" for i in range(39)]})
+      assert r.status_code == 200, r.text
+      if not keep:   # the last own tool redefined: an encoder row like the others
+        assert client.post("/v1/tools", json={"add": [{"id": "t39"}]}).status_code == 200
+      served = client.app.state.catalogue.current.retriever.model
+      assert served.default_ranking == ("logit" if not keep else base.default_ranking)
+      assert float(served.params.lexical_weight) == (8.0 if not keep else 1.0)
+      assert retrieve(client, "New tool number 7.")["results"][0]["shortlist"][0] == "n7"
+
+
 BAD_UPDATES = [
     ({}, "body"),
     ({"add": [], "remove": []}, "body"),

@@ -213,12 +213,19 @@ def edit_model(model, plan: Plan, embeddings: dict[str, np.ndarray]):
 
 
 def build_successor(retriever: Retriever, plan: Plan, embeddings: dict[str, np.ndarray], *,
-                    warm_up: bool = True, persist=None) -> Retriever:
+                    warm_up: bool = True, persist=None, foreign: bool = False) -> Retriever:
   """The Retriever for the edited library, complete before anyone sees it: the model edited,
   every set-size limit ``retriever`` had prepared prepared again (neighbour tables included),
   the default options compiled for every batch bucket (``warm_up``), and the edited model
-  directory written to ``persist`` (atomically) when given."""
+  directory written to ``persist`` (atomically) when given. ``foreign``: none of the tools the
+  model came with is left, so it is scored as ``hyset predict --tools`` scores a model on a
+  library with none of its tools (:func:`hyset_jax.io.carry.foreign`)."""
   model = edit_model(retriever.model, plan, embeddings)
+  if foreign:
+    from hyset_jax.io import carry
+    model, changes = carry.foreign(model)
+    if changes:
+      log.info("catalogue: none of the model's own tools is left: %s", ", ".join(changes))
   defs = {d["id"]: d for d in retriever.definitions}
   defs.update(plan.definitions)
   successor = retriever.with_library(model, [defs[t] for t in model.tool_ids])
@@ -274,6 +281,9 @@ class Catalogue:
 
   def __init__(self, retriever: Retriever, *, warm_up: bool = True, persist=None):
     self._current = Snapshot(retriever, 1)
+    # The tools the served model came with, less those removed or redefined since (a redefined
+    # tool gets an encoder row): when none is left, the library is wholly new to the model.
+    self._own = frozenset(retriever.model.tool_ids)
     self.warm_up = warm_up
     self.persist = persist
     self._lock = asyncio.Lock()
@@ -310,10 +320,12 @@ class Catalogue:
         vectors = await batcher.call(self._embed, snapshot.retriever,
                                      [plan.texts[t] for t in ids])
         embeddings = dict(zip(ids, vectors))
+      own = self._own - set(plan.updated) - set(plan.removed)
       successor = await asyncio.get_running_loop().run_in_executor(
           self._executor, lambda: build_successor(snapshot.retriever, plan, embeddings,
-                                                  warm_up=self.warm_up, persist=self.persist))
-      self._current = Snapshot(successor, snapshot.version + 1)
+                                                  warm_up=self.warm_up, persist=self.persist,
+                                                  foreign=not own))
+      self._current, self._own = Snapshot(successor, snapshot.version + 1), own
       # Off the event loop, before the next update: the new library is served meanwhile.
       try:
         await asyncio.get_running_loop().run_in_executor(
