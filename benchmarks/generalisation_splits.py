@@ -199,7 +199,8 @@ def hold_out_pairs(queries: Sequence[Query], n_pairs: int, n_validation: int,
                       tuple(phases[1]))
 
 
-def _library_without(library: ToolLibrary, held: Iterable[str]) -> ToolLibrary:
+def library_without(library: ToolLibrary, held: Iterable[str]) -> ToolLibrary:
+  """``library`` less the tools ``held``, in its order."""
   held = set(held)
   keep = [i for i, t in enumerate(library.ids) if t not in held]
   return ToolLibrary(tuple(library.ids[i] for i in keep), tuple(library.texts[i] for i in keep),
@@ -266,7 +267,7 @@ def _build(args: argparse.Namespace, dataset: Dataset, queries: list[Query], tmp
     split = hold_out_tools(queries, args.fraction, args.seed)
   else:
     split = hold_out_categories(queries, lib, args.categories, args.seed, args.adapt_fraction)
-  _write(tmp / "train", _library_without(lib, split.tools), {"train": split.train})
+  _write(tmp / "train", library_without(lib, split.tools), {"train": split.train})
   _write(tmp / "test", lib, {"test": split.test, **({"adapt": split.adapt} if split.adapt
                                                       else {})})
   return {"held_out_tools": list(split.tools), "held_out_categories": list(split.categories),

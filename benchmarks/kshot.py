@@ -88,14 +88,6 @@ def _mixed(train, extra, seed: int) -> tuple:
   return tuple(both[i] for i in np.random.default_rng(seed).permutation(len(both)))
 
 
-def _subset(library, keep: set[str]):
-  """``library``'s tools whose id is in ``keep``, in the library's order."""
-  from hyset_jax.data.types import ToolLibrary
-  rows = [i for i, t in enumerate(library.ids) if t in keep]
-  return ToolLibrary(*(tuple(col[i] for i in rows)
-                       for col in (library.ids, library.texts, library.metadata)))
-
-
 def _repeated(queries, times: int) -> tuple:
   import dataclasses
   return tuple(dataclasses.replace(q, id=f"{q.id}#{r}") for r in range(times) for q in queries)
@@ -146,12 +138,13 @@ def _settings(args, work: pathlib.Path) -> dict[str, dict]:
     # embedding as the 0-shot model does. Over the whole library, training would push every
     # such tool down as a negative only, and the queries that need one would be lost
     # (measured: COMP@5 15.6 -> 0.0 on them at 5 shots, ToolLens seed 0).
-    named = set(base.tools.ids) | {t for q in shots for t in q.gold}
-    spec = _write_setting(work / f"setting_{k}_named", _subset(library, named), queries, val, ())
+    unnamed = held - {t for q in shots for t in q.gold}
+    spec = _write_setting(work / f"setting_{k}_named", gs.library_without(library, unnamed),
+                          queries, val, ())
     out[f"{k}-shot"] = {"spec": spec, "eval": _write_setting(work / f"setting_{k}", library,
                                                              queries, val, test),
                         "shots": len(shots), "repeats": times,
-                        "library": len(named)}
+                        "library": len(library) - len(unnamed)}
   spec = _write_setting(work / "setting_full", library, _mixed(train, adapt, args.seed), val,
                         test)
   out["full"] = {"spec": spec, "eval": spec, "shots": len(adapt)}

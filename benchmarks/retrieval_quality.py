@@ -62,20 +62,16 @@ from benchmarks import provenance, quality_variants, report
 KEYS = ("recall@3", "recall@5", "ndcg@3", "ndcg@5", "comp@3", "comp@5", "set_f1", "set_exact")
 
 
-def _checkpointed(workdir: pathlib.Path) -> bool:
-  """Whether a training in ``workdir`` saved a checkpoint: a rerun resumes or reuses it. (A
-  workdir killed before its first checkpoint trains from step 0 again: its time is whole.)"""
-  ckpt = workdir / "checkpoints"
-  return ckpt.is_dir() and any(p.name.isdigit() for p in ckpt.iterdir())
-
-
 def run_hyset(config_name: str, variant: str, overrides: list[str], seed: int,
               runs: pathlib.Path, tag: str) -> dict:
   from hyset_jax import config as config_lib
+  from hyset_jax.training import checkpoints
   from hyset_jax.training.train import train_and_evaluate
   workdir = runs / f"{tag}_{variant}_s{seed}"
   config = config_lib.resolve(config_name, overrides + [f"train.seed={seed}"])
-  fresh = not _checkpointed(workdir)
+  # A workdir with a checkpoint is resumed or reused; one killed before its first checkpoint
+  # trains from step 0 again, so its time is whole.
+  fresh = not checkpoints.saved_steps(workdir)
   t0 = time.time()
   summary = train_and_evaluate(config, workdir, progress=False)
   # A wall time only for a run trained start to end here: a resumed or reused one says nothing.

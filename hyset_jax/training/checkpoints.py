@@ -23,6 +23,14 @@ def manager(workdir: pathlib.Path):
                                            enable_async_checkpointing=False))
 
 
+def saved_steps(workdir: pathlib.Path) -> list[int]:
+  """The steps saved under ``workdir``'s checkpoints/ (one folder each), ascending; [] if none."""
+  folder = workdir / "checkpoints"
+  if not folder.is_dir():
+    return []
+  return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+
+
 def _quiet_closed_loop_callbacks() -> None:
   """Drop the "Event loop is closed" errors of a failed restore; pass everything else on.
 

@@ -26,7 +26,7 @@ import numpy as np
 from hyset_jax.evaluation import evaluator
 from hyset_jax.inference import pipeline
 from hyset_jax.model import terms
-from hyset_jax.training.train_data import validation_parts
+from hyset_jax.training.train_data import tool_encoder, validation_parts
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +159,7 @@ def _as_if_foreign(model, data):
     prefix = "_" + prefix
   library = ToolLibrary(tuple(prefix + t for t in data.tool_ids), tuple(data.tool_texts),
                         ({},) * len(data.tool_ids))
-  by_text = dict(zip(data.tool_texts, np.asarray(data.tool_embeddings, np.float32)))
-  carried, _ = carry.carry(model, library, lambda texts: np.stack([by_text[t] for t in texts]))
+  carried, _ = carry.carry(model, library, tool_encoder(data))
   carried, _ = carry.foreign(dataclasses.replace(carried, foreign=None))
   return terms.REGISTRY["lexical"].without(carried)
 

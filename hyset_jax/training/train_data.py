@@ -45,6 +45,13 @@ class TrainingData:
   tool_texts: tuple[str, ...] = ()  # row order; what the lexical term's BM25 indexes
 
 
+def tool_encoder(data: TrainingData):
+  """texts -> f32[n, d_z]: the encoder output ``data`` holds for its tools with those texts —
+  how carrying a model onto ``data``'s library embeds a tool (hyset_jax.io.carry.EncodeTools)."""
+  by_text = dict(zip(data.tool_texts, np.asarray(data.tool_embeddings, np.float32)))
+  return lambda texts: np.stack([by_text[t] for t in texts])
+
+
 def load_config_dataset(c: config_lib.DataConfig, max_set_size: int):
   """The data set of ``c`` (gold sets up to ``max_set_size``), its validation split carved from
   train when it has none, and with ``c.validation_sets`` > 0 the held-out-set validation part

@@ -23,6 +23,7 @@ import numpy as np
 from hyset_jax import config as config_lib
 from hyset_jax.errors import UserError
 from hyset_jax.model import parameters
+from hyset_jax.training.train_data import tool_encoder
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +66,7 @@ def theta_from_model(path: str | pathlib.Path, data, mc: config_lib.ModelConfig)
       raise UserError(f"{path}: its tools are not the data set's, and the data set carries no "
                       f"tool texts to add the missing ones with")
     # The data set's own encoder output is the z a new tool gets (carry's "encoder").
-    by_text = dict(zip(data.tool_texts, np.asarray(data.tool_embeddings, np.float32)))
-    saved, report = carry.carry(saved, _library(data), lambda texts: np.stack(
-        [by_text[t] for t in texts]), name=str(path))
+    saved, report = carry.carry(saved, _library(data), tool_encoder(data), name=str(path))
     log.info("%s", report.message(f"the training data ({path} carried onto it)"))
   rows = {t: i for i, t in enumerate(saved.tool_ids)}
   order = np.asarray([rows[t] for t in data.tool_ids])
