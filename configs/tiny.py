@@ -17,4 +17,5 @@ def get_config() -> Config:
   c.train.exhaustive_loss_weight = 0.0
   c.model.set_prior = False
   c.model.lexical = False
+  c.model.row_blend = False
   return c

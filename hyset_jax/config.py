@@ -82,6 +82,11 @@ class ModelConfig:
   # and a per-size preference, both linear in q(r). Off = the paper's query-independent F_set.
   conditioned: bool = False
   conditioned_rank: int = 16
+  # The row blend (terms/row_blend.py): after θ, Z blended toward the encoder's tool rows,
+  # z' = normalize(α·z + (1 − α)·e), α chosen on validation from 0.75, 0.5 and 0.25 against
+  # α = 1 (Z as trained), which wins ties; fitted before the terms below. For requests that need
+  # new combinations of seen tools; needs a trained Z; off = the paper.
+  row_blend: bool = False
   # The seen-set prior (set_prior.py): after θ, a softmax classifier over the training gold
   # sets on r, added to F for those sets with a weight λ (and floor τ) chosen on validation,
   # where λ = 0 (no prior) competes too. For sets that repeat training sets; off = the paper.
@@ -217,6 +222,9 @@ def validate(config: Config) -> Config:
                "eval_batch_size", "hard_neighbors"):
     if getattr(t, name) < 1:
       raise UserError(f"train.{name} must be ≥ 1, got {getattr(t, name)}")
+  if m.row_blend and not m.train_tool_embeddings:
+    raise UserError("model.row_blend=true needs model.train_tool_embeddings=true (with Z fixed "
+                    "at the encoder's rows there is nothing to blend)")
   if t.keep not in ("best", "last"):
     raise UserError(f"train.keep must be best or last, got {t.keep!r}")
   if t.learning_rate <= 0:

@@ -41,6 +41,7 @@ MAKERS = {
     "lexical": lambda p, lex: (p._replace(lexical_weight=np.float32(6)), LexicalIndex(TEXTS)),
     "set_weight": lambda p, lex: (p._replace(set_weight=np.float32(SET_WEIGHT)), lex),
     "abstain": lambda p, lex: (p._replace(abstain=_half_abstain()), lex),
+    "row_blend": lambda p, lex: (_half_blend(p), lex),
 }
 SET_WEIGHT = 0.0  # the set term off: some best sets change (checked below)
 
@@ -50,12 +51,27 @@ def _half_abstain() -> Abstention:
   w = np.random.default_rng(5).normal(size=D).astype(np.float32)
   u = QUERIES @ w + np.float32(0.5)
   return Abstention(w, np.float32(0.5), np.float32(np.median(u)))
+
+
+def _half_blend(p):
+  """Z halfway to other unit rows (as the blend toward encoder rows leaves it), the trained Z
+  kept in the term: every answer changes with Z."""
+  from hyset_jax.model.scoring import RowBlend
+  other = np.random.default_rng(9).normal(size=np.shape(p.tool_embeddings))
+  other /= np.linalg.norm(other, axis=1, keepdims=True)
+  z = np.asarray(p.tool_embeddings) + other
+  z = (z / np.linalg.norm(z, axis=1, keepdims=True)).astype(np.float32)
+  return p._replace(tool_embeddings=z, row_blend=RowBlend(np.asarray(p.tool_embeddings),
+                                                          np.float32(0.5)))
 VARIANTS = ["none", *terms.REGISTRY, "all"]
 
 
 def build(variant: str) -> modeldir.ModelDir:
   params, lex = _base()._replace(tower=None, conditioned=None), None
-  for name in (terms.REGISTRY if variant == "all" else [] if variant == "none" else [variant]):
+  names = terms.REGISTRY if variant == "all" else [] if variant == "none" else [variant]
+  # The blend last: the prior's sets are drawn from the shortlists of the unblended Z (so that
+  # one of them holds the tool the edits below remove).
+  for name in sorted(names, key=lambda n: n == "row_blend"):
     params, lex = MAKERS[name](params, lex)
   return modeldir.ModelDir(parameters.host_params(params), tuple(f"t{i}" for i in range(N)), M, K1,
                            K, None, ranking=RANKING, lexical=lex)
@@ -80,6 +96,8 @@ VIEWS = {
     "lexical": lambda md: dict(zip(md.tool_ids, md.lexical.tool_texts)),
     "set_weight": lambda md: float(md.params.set_weight),
     "abstain": lambda md: [np.asarray(a).tolist() for a in md.params.abstain],
+    "row_blend": lambda md: (dict(zip(md.tool_ids, md.params.row_blend.trained.tolist())),
+                             float(md.params.row_blend.alpha)),
 }
 
 
@@ -89,6 +107,8 @@ def without(name: str, view, tool: str):
     return {s: v for s, v in view.items() if tool not in s} or None
   if name == "lexical":
     return {t: v for t, v in view.items() if t != tool}
+  if name == "row_blend":
+    return {t: v for t, v in view[0].items() if t != tool}, view[1]
   return view
 
 

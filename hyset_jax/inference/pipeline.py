@@ -427,7 +427,8 @@ def prepare(params: HysetParams, *, max_size: int, k_pool: int | None = None,
     PreparedModel (device arrays).
   """
   dtype = PRECISION_DTYPES[choices.check("precision", precision, choices.PRECISIONS)]
-  params = truncate(jax.device_put(params), max_size)
+  # The row blend's trained rows only serve a refit after θ: Z already holds the blend.
+  params = truncate(jax.device_put(params._replace(row_blend=None)), max_size)
   logit_weights, keyed = (a.astype(dtype) for a in _products(params))
   table = None
   if neighbor_table:

@@ -98,6 +98,7 @@ class Model(NamedTuple):
   lexical: dict | None = None  # lexical.json: {"tokenizer", "k1", "b", "tool_texts"}
   abstain: tuple[np.ndarray, ...] | None = None  # (w f32[d_r], b f32[], threshold f32[] τ)
   set_weight: float | None = None  # γ, the set term's weight in stage 2
+  row_blend: tuple[np.ndarray, ...] | None = None  # (trained f32[N, d_z], alpha f32[] α)
   first_stage: dict | None = None  # None: exact; else {"kind": "ann", ...} (check_first_stage)
   foreign: dict | None = None  # None: none recorded; else {"lexical_weight": β} (check_foreign)
 

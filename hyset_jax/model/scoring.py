@@ -83,6 +83,19 @@ def no_tool(abstention: Abstention, query_emb: jax.Array) -> jax.Array:
   return query_emb @ abstention.w + abstention.b >= abstention.threshold
 
 
+class RowBlend(NamedTuple):
+  """Z blended toward the tool encoder's embeddings after θ (not in the paper; off by default;
+  :mod:`hyset_jax.model.terms.row_blend`). Scoring reads ``HysetParams.tool_embeddings``, which
+  already holds the blend normalize(α·Z + (1 − α)·E); this keeps what a refit needs to undo it.
+
+  Attributes:
+    trained: f32[N, d_z] Z as training left it (unit rows).
+    alpha: f32[] α ∈ [0, 1], the trained rows' share.
+  """
+  trained: jax.Array
+  alpha: jax.Array
+
+
 class SetPrior(NamedTuple):
   """The seen-set prior beside F (not in the paper; off by default; :mod:`hyset_jax.model.set_prior`).
 
@@ -122,6 +135,9 @@ class HysetParams(NamedTuple):
     set_weight: γ ≥ 0, f32[], or None (the paper's model: γ = 1): stage 2 scores
       F_align + γ·(F_set + F_cond), the expansion keeps M_M as trained. Chosen on validation
       after θ (:mod:`hyset_jax.model.terms.set_weight`).
+    row_blend: Z as trained and its share α when ``tool_embeddings`` holds Z blended toward the
+      encoder's rows after θ, or None (the paper's model: Z as trained). Read by no scoring
+      function (:class:`RowBlend`).
   """
   tool_embeddings: jax.Array
   projection: jax.Array
@@ -132,6 +148,7 @@ class HysetParams(NamedTuple):
   lexical_weight: jax.Array | None = None
   abstain: Abstention | None = None
   set_weight: jax.Array | None = None
+  row_blend: RowBlend | None = None
 
   @property
   def max_set_size(self) -> int:

@@ -59,7 +59,10 @@ def theta_from_model(path: str | pathlib.Path, data, mc: config_lib.ModelConfig)
       library the model cannot be carried onto (tools without texts to embed).
   """
   from hyset_jax.io import carry, modeldir
-  saved = modeldir.load_model_dir(path)
+  from hyset_jax.training.post_theta import strip
+  # Without the post-θ fits: they are fitted again, and θ is what training left (Z as trained,
+  # not the row blend's).
+  saved = strip(modeldir.load_model_dir(path))
   _check(saved, path, data, mc)
   if tuple(saved.tool_ids) != tuple(data.tool_ids):
     if len(data.tool_texts) != len(data.tool_ids):

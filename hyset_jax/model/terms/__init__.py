@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from hyset_jax.io import model_format
 from hyset_jax.errors import UserError
-from hyset_jax.model.terms import abstain, conditioned, lexical, prior, set_weight, tower
+from hyset_jax.model.terms import (abstain, conditioned, lexical, prior, row_blend, set_weight,
+                                   tower)
 from hyset_jax.model.terms.base import Term
 
 REGISTRY: dict[str, Term] = {t.name: t for t in (
     tower.TERM,
     conditioned.TERM,
+    row_blend.TERM,
     prior.TERM,
     lexical.TERM,
     set_weight.TERM,

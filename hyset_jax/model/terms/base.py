@@ -4,7 +4,8 @@ A term is an optional part of the model beside the paper's core θ = (Z, P, M_2.
 tensors (names, shapes, dtypes) are declared in the model schema (``model_schema.json``, read by
 :mod:`hyset_jax.io.model_format`); the rest is declared here, in the term's own module:
 
-- ``acts_on``: where it enters the score — ``query`` (the query side q(r) in front of P),
+- ``acts_on``: where it enters the score — ``rows`` (Z itself, as every consumer reads it),
+  ``query`` (the query side q(r) in front of P),
   ``logits`` (a per-tool addition to ℓ), ``pairs`` (an addition to, or a weight on, the pair
   matrices G_m of stage 2), ``set`` (a bonus on F for some sets) or ``answer`` (whether the
   best set is delivered at all);
@@ -27,7 +28,7 @@ import numpy as np
 
 from hyset_jax.io import model_format
 
-ACTS_ON = ("query", "logits", "pairs", "set", "answer")
+ACTS_ON = ("rows", "query", "logits", "pairs", "set", "answer")
 
 
 @dataclasses.dataclass(frozen=True)
