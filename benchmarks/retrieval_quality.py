@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import logging
 import pathlib
 import platform
@@ -62,9 +63,13 @@ from benchmarks import provenance, quality_variants, report
 KEYS = ("recall@3", "recall@5", "ndcg@3", "ndcg@5", "comp@3", "comp@5", "set_f1", "set_exact")
 
 
+# What run_hyset keeps in a workdir it trained start to end: {"wall_s", "steps"}.
+WALL_FILE = "benchmark_wall.json"
+
+
 def run_hyset(config_name: str, variant: str, overrides: list[str], seed: int,
               runs: pathlib.Path, tag: str) -> dict:
-  from hyset_jax import config as config_lib
+  from hyset_jax import config as config_lib, io_utils
   from hyset_jax.training import checkpoints
   from hyset_jax.training.train import train_and_evaluate
   workdir = runs / f"{tag}_{variant}_s{seed}"
@@ -74,8 +79,17 @@ def run_hyset(config_name: str, variant: str, overrides: list[str], seed: int,
   fresh = not checkpoints.saved_steps(workdir)
   t0 = time.time()
   summary = train_and_evaluate(config, workdir, progress=False)
-  # A wall time only for a run trained start to end here: a resumed or reused one says nothing.
-  summary["wall_s"] = round(time.time() - t0, 1) if fresh else None
+  # A wall time only for a run trained start to end here, kept in the workdir (WALL_FILE) so
+  # that a rerun of the finished run (the fits after θ chosen again) reports the training's
+  # measured time rather than none; a run resumed part-way says nothing.
+  wall = workdir / WALL_FILE
+  if fresh:
+    summary["wall_s"] = round(time.time() - t0, 1)
+    with io_utils.atomic_write(wall) as f:
+      json.dump({"wall_s": summary["wall_s"], "steps": summary.get("steps")}, f)
+  else:
+    saved = json.loads(wall.read_text()) if wall.is_file() else {}
+    summary["wall_s"] = saved.get("wall_s") if saved.get("steps") == summary.get("steps") else None
   summary["workdir"] = str(workdir)
   return summary
 

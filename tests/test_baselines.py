@@ -262,14 +262,16 @@ def test_set_errors_labels_mistakes_and_checks_outputs_first(tmp_path, capsys):
 def test_a_training_killed_before_its_first_checkpoint_still_reports_its_time(tmp_path,
                                                                              monkeypatch):
   """retrieval_quality.run_hyset: a wall time for a training run start to end here — also in a
-  workdir left by a run killed before any checkpoint (it trains from step 0 again) — and none
-  for one resumed from or reusing a checkpoint."""
+  workdir left by a run killed before any checkpoint (it trains from step 0 again); the same
+  time again for a rerun of that finished run (the fits after θ chosen again), and none for a
+  run resumed part-way."""
   from benchmarks import retrieval_quality
   from hyset_jax.training import train as train_lib
+  steps = {"n": 40}
 
   def fake(config, workdir, progress):
     (workdir / "checkpoints" / "40").mkdir(parents=True, exist_ok=True)
-    return {"steps": 40}
+    return {"steps": steps["n"]}
 
   monkeypatch.setattr(train_lib, "train_and_evaluate", fake)
   wd = tmp_path / "run_hyset_s0"
@@ -277,4 +279,7 @@ def test_a_training_killed_before_its_first_checkpoint_still_reports_its_time(tm
   (wd / "config.json").write_text("{}")
   first = retrieval_quality.run_hyset("tiny", "hyset", [], 0, tmp_path, "run")
   assert first["wall_s"] is not None and first["workdir"] == str(wd)
+  again = retrieval_quality.run_hyset("tiny", "hyset", [], 0, tmp_path, "run")
+  assert again["wall_s"] == first["wall_s"]
+  steps["n"] = 80  # resumed from step 40 to a larger budget: its time says nothing
   assert retrieval_quality.run_hyset("tiny", "hyset", [], 0, tmp_path, "run")["wall_s"] is None

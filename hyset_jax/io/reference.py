@@ -38,6 +38,9 @@ The rules, float32 throughout as in JAX:
   :func:`conditioned_pairs`); the first
   maximum in that order wins (so the smallest set on an exact tie). The set's tools are listed in
   ascending shortlist position.
+- Row blend (``row_blend``: ``row_blend_trained``, ``row_blend_alpha``): nothing to do here;
+  ``tool_embeddings`` already holds the blended rows, and the trained ones are kept only so that
+  training can choose again.
 - Set weight (``set_weight``, tensor ``set_weight`` γ): every G_m above (the conditioned term
   included) is multiplied by γ before stage 2 and the rankings read it: F = F_align + γ·F_set;
   the expansion keeps M_M as it is.

@@ -26,7 +26,7 @@ import jax
 
 from hyset_jax import config as config_lib
 from hyset_jax.io import modeldir
-from hyset_jax.model import parameters
+from hyset_jax.model import parameters, terms
 from hyset_jax.errors import UserError
 from hyset_jax.io_utils import atomic_write, ensure_writable_dir
 
@@ -34,7 +34,9 @@ log = logging.getLogger("hyset_jax.training.train")
 
 CONFIG_FILE = "config.json"
 # Config keys that only change what is chosen after training: a rerun may change them.
-AFTER_TRAINING = frozenset({"model.lexical", "model.abstain", "model.set_weight"})
+# The switches of the terms chosen after θ (training.post_theta): a finished run may switch one
+# on or off, which only rechooses.
+AFTER_TRAINING = frozenset(f"model.{t.fit.switch}" for t in terms.REGISTRY.values() if t.fit)
 METRICS_FILE = "metrics.jsonl"
 LOCK_FILE = ".lock"
 
@@ -76,9 +78,8 @@ def check(workdir: pathlib.Path, config: config_lib.Config) -> None:
     # A key the saved config lacks is a field added since that run: it ran with its default.
     defaults = _flat(json.loads(config_lib.Config().to_json()))
     old = {**{k: defaults[k] for k in new.keys() - old.keys() if k in defaults}, **old}
-    # The mesh is how the run is laid out, not what it computes: a resume may change it. The
-    # lexical term and abstention are chosen after θ (training.post_theta), so switching one on
-    # a finished run only rechooses.
+    # The mesh is how the run is laid out, not what it computes: a resume may change it; nor
+    # do the switches of what is chosen after θ (AFTER_TRAINING).
     diff = sorted(k for k in old.keys() | new.keys()
                   if old.get(k) != new.get(k) and not k.startswith("mesh.")
                   and k not in AFTER_TRAINING)
