@@ -3,12 +3,11 @@ z'_t = normalize(α·z_t + (1 − α)·e_t), with α chosen on validation from 0
 against α = 1 (Z as trained, the paper's model), which wins ties.
 
 Why: training moves each tool's row toward the tools it was named with, which is what a
-request for a seen combination needs and what a request for a new combination does not: on
-Table 3's unseen-set and unseen-pair splits of ToolLens (seed 0-2, the models of
-``--config toollens``) α = 0.5 raised test COMP@5 from 15.06 to 19.54 and from 10.08 to 12.15,
-while on the official split and on UltraTool's every α < 1 cost validation (docs/model.md, "The
-row blend"). Whether a library's requests are the one kind or the other is what validation
-says: on a split whose validation holds new combinations the blend can win.
+request for a seen combination needs and what a request for a new combination does not. Which
+kind a library's requests are is what validation says: on Table 3's unseen-pair splits of
+ToolLens (validation carved by gold set; ``--config toollens``, seeds 0-2) it chose α = 0.25 /
+0.25 / 0.5 and test COMP@5 went from 10.08 to 17.05; on the official split (validation carved by
+query) it keeps α = 1 at every seed (docs/model.md, "The row blend").
 
 The blended rows are the model's Z — every consumer (stage 1, the expansion, the pair
 matrices, the exports, the NumPy reference) reads them and nothing else; the term's tensors
@@ -22,6 +21,7 @@ import dataclasses
 
 import numpy as np
 
+from hyset_jax.model.parameters import normalize_rows
 from hyset_jax.model.scoring import RowBlend
 from hyset_jax.model.terms.base import Fit, Term
 from hyset_jax.model.terms.lexical import SET_CHOICE_METRICS
@@ -30,15 +30,15 @@ from hyset_jax.model.terms.lexical import SET_CHOICE_METRICS
 ALPHAS = (0.75, 0.5, 0.25)
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-  return (x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+def _unit(x) -> np.ndarray:
+  return np.asarray(normalize_rows(np.asarray(x, np.float32)), np.float32)
 
 
 def blended(model, encoder_rows: np.ndarray, alpha: float):
   """``model`` (without the term) with Z blended toward ``encoder_rows`` f32[N, d_z] (the
   tool encoder's embeddings in the model's row order) by ``alpha``."""
   trained = np.asarray(model.params.tool_embeddings, np.float32)
-  z = _unit(alpha * trained + (1 - alpha) * _unit(np.asarray(encoder_rows, np.float32)))
+  z = _unit(alpha * trained + (1 - alpha) * _unit(encoder_rows))
   return dataclasses.replace(model, params=model.params._replace(
       tool_embeddings=z, row_blend=RowBlend(trained, np.float32(alpha))))
 
