@@ -3,8 +3,8 @@
   hyset data prepare SPEC --out DIR [--force] [--max-size N] [--validation-fraction F]
   hyset data stats SPEC [--json FILE [--force]] [--max-size N] [--validation-fraction F]
 
-SPEC is a data spec (``beir:PATH``, ``toolbench:PATH``, ``bfcl[:PATH]``,
-``tfds:DIR``; see :mod:`hyset_jax.data.specs`).
+SPEC is a data spec (``beir:PATH``, ``ultratool:PATH``, ``seal:PATH``, ``bfcl[:PATH]``, …,
+``tfds:DIR``; every scheme: :data:`hyset_jax.data.specs.SCHEMES`).
 """
 from __future__ import annotations
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from hyset_jax.commands import float_in_open_unit, int_at_least
+from hyset_jax.data import specs
 from hyset_jax.data.types import ToolLibrary
 from hyset_jax.errors import UserError
 
@@ -51,7 +52,7 @@ def add_parser(subparsers: Any) -> None:
       "eval", help="score a retrieval method on a data split (metrics of docs/contracts.md)",
       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--data", required=True, metavar="SPEC",
-                 help="data set: beir:PATH, toolbench:PATH or bfcl")
+                 help="data set: a data spec (docs/contracts.md): " + specs.usage())
   p.add_argument("--split", required=True, metavar="NAME",
                  help="split to score, e.g. test or validation")
   p.add_argument("--validation-fraction", type=float_in_open_unit, default=None, metavar="F",
