@@ -52,7 +52,7 @@ def add_parser(subparsers: Any) -> None:
       "eval", help="score a retrieval method on a data split (metrics of docs/contracts.md)",
       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--data", required=True, metavar="SPEC",
-                 help="data set: a data spec (docs/contracts.md): " + specs.usage())
+                 help="data set: a data spec (docs/contracts.md): " + specs.spec_forms())
   p.add_argument("--split", required=True, metavar="NAME",
                  help="split to score, e.g. test or validation")
   p.add_argument("--validation-fraction", type=float_in_open_unit, default=None, metavar="F",

@@ -101,7 +101,7 @@ SCHEMES: dict[str, tuple[Callable[[str | None], Dataset], bool, str]] = {
 }
 
 
-def usage() -> str:
+def spec_forms() -> str:
   """Every scheme's form, for help and error texts."""
   return ", ".join(usage for _, _, usage in SCHEMES.values())
 
@@ -115,7 +115,7 @@ def parse_spec(spec: str) -> DataSpec:
   DataSpec(scheme='bfcl', path=None)
   """
   if not isinstance(spec, str) or not spec.strip():
-    raise UserError(f"empty data spec; expected one of: {usage()}")
+    raise UserError(f"empty data spec; expected one of: {spec_forms()}")
   scheme, sep, path = spec.strip().partition(":")
   scheme = scheme.strip().lower()
   if scheme not in SCHEMES:
@@ -127,7 +127,7 @@ def parse_spec(spec: str) -> DataSpec:
     else:
       hint = ""
     raise UserError(f"unknown data spec scheme {scheme!r} in {spec!r}; valid schemes: "
-                    f"{usage()}{hint}")
+                    f"{spec_forms()}{hint}")
   _, needs_path, usage = SCHEMES[scheme]
   path = path.strip() if sep else ""
   if needs_path and not path:
