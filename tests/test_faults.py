@@ -147,19 +147,22 @@ def interrupted_run(tmp_path_factory):
   return workdir
 
 
-def test_disk_full_while_checkpointing_keeps_the_last_checkpoint(tmp_path, interrupted_run,
-                                                                 capfd, caplog):
-  """Mechanism: RLIMIT_FSIZE (file_size_limit) in this process; Orbax's array files (~15 kB)
-  go past it, the JSON files do not. The failed step's partial folder used to stay behind
-  with a traceback per writer thread; now: one UserError, step 4 byte-identical, a rerun
-  resumes from it."""
+def test_disk_full_while_checkpointing_keeps_the_last_checkpoint(tmp_path, capfd, caplog):
+  """Mechanism: RLIMIT_FSIZE (file_size_limit) in this process; Orbax's array files go past
+  it, the JSON files (≤ 3.4 kB) do not. With 256 tools Z alone, and each of its Adam moments,
+  is 16 kB, so some array file passes the limit however Orbax batches the arrays into files
+  (with the fixture's 40 tools each array is 2.5 kB, and a save that happened to flush them in
+  small batches fit under the limit: a flake under load). The failed step's partial folder used
+  to stay behind with a traceback per writer thread; now: one UserError, step 4
+  byte-identical, a rerun resumes from it."""
   from hyset_jax.errors import UserError
-  workdir = tmp_path / "run"
-  shutil.copytree(interrupted_run, workdir)
+  workdir, data = tmp_path / "run", synthetic_data(n_tools=256)
+  assert train.train_and_evaluate(fault_config(), workdir, data=data, progress=False,
+                                  stop_after=4, num_devices=1) == {"interrupted_at": 4}
   before = tree_digest(workdir / "checkpoints")
   capfd.readouterr()
   with file_size_limit(8000), pytest.raises(UserError) as e:
-    train.train_and_evaluate(fault_config(), workdir, data=synthetic_data(), progress=False,
+    train.train_and_evaluate(fault_config(), workdir, data=data, progress=False,
                              num_devices=1)
   message = str(e.value)
   assert message == (f"cannot write checkpoint step 8 in {workdir / 'checkpoints'}: File too "
@@ -170,8 +173,8 @@ def test_disk_full_while_checkpointing_keeps_the_last_checkpoint(tmp_path, inter
   assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["4"]
   assert tree_digest(workdir / "checkpoints") == before
   with caplog.at_level("INFO", logger="hyset_jax.training.train"):
-    out = train.train_and_evaluate(fault_config(), workdir, data=synthetic_data(),
-                                   progress=False, num_devices=1)
+    out = train.train_and_evaluate(fault_config(), workdir, data=data, progress=False,
+                                   num_devices=1)
   assert out["steps"] == 12 and "resumed from step 4" in caplog.messages
 
 
