@@ -151,7 +151,7 @@ def test_disk_full_while_checkpointing_keeps_the_last_checkpoint(tmp_path, capfd
   """Mechanism: RLIMIT_FSIZE (file_size_limit) in this process; Orbax's array files go past
   it, the JSON files (≤ 3.4 kB) do not. With 256 tools Z alone, and each of its Adam moments,
   is 16 kB, so some array file passes the limit however Orbax batches the arrays into files
-  (with the fixture's 40 tools each array is 2.5 kB, and a save that happened to flush them in
+  (with the fixture's 40 tools each array is 2.5 kB, and a save that, most likely, flushed them in
   small batches fit under the limit: a flake under load). The failed step's partial folder used
   to stay behind with a traceback per writer thread; now: one UserError, step 4
   byte-identical, a rerun resumes from it."""
