@@ -137,3 +137,27 @@ def test_the_blend_follows_its_tools_through_edits():
   np.testing.assert_array_equal(gone.params.row_blend.trained[:N - 1],
                                 md.params.row_blend.trained[keep])
   assert dataclasses.replace(gone).terms == ("row_blend",)
+
+
+def test_switching_the_blend_on_a_finished_run_rechooses_without_retraining(tmp_path):
+  """model.row_blend and model.set_prior are chosen after θ: a finished workdir accepts them
+  (the workdir check takes every post-θ switch from the term registry) and only rechooses,
+  the blend from the run's own Z and its data set's encoder rows."""
+  import json
+  from hyset_jax.training import train
+  short = ["train.num_steps=20"]  # what is tested happens after θ: a short θ will do
+  first = train.train_and_evaluate(config_lib.resolve("tiny", short), tmp_path / "run",
+                                   progress=False, num_devices=1)
+  z = modeldir.load_model_dir(tmp_path / "run" / "best").params.tool_embeddings
+  on = config_lib.resolve("tiny", short + ["model.row_blend=true", "model.set_prior=true"])
+  again = train.train_and_evaluate(on, tmp_path / "run", progress=False, num_devices=1)
+  assert again["steps"] == first["steps"]          # nothing trained again
+  rows = [json.loads(line) for line in
+          (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+  assert [f["term"] for f in rows[-1]["fits"]] == ["row_blend", "prior"]
+  assert {k.split()[1] for k in rows[-1]["validation_by_ranking"]
+          if k.startswith("row_blend")} == {"none", "α=0.75", "α=0.5", "α=0.25"}
+  best = modeldir.load_model_dir(tmp_path / "run" / "best")
+  kept = best.params.row_blend.trained if best.params.row_blend is not None else \
+      best.params.tool_embeddings
+  np.testing.assert_array_equal(kept, z)
