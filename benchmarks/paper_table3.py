@@ -8,8 +8,8 @@ that apply there, per seed, as resumable cells; one table with the paper's figur
   python -m benchmarks.paper_tables --table 3 --report-only    # the tables of what is finished
 
 Duration: the report's last lines (and ``--estimate-only``) estimate the full run from the
-cells measured under --out, REF_* below where none is. On 2026-12-05 (2-core AMD EPYC): 9.5 h,
-within one night: the 10⁵-tool row's three trainings over the padded library 61 minutes each
+cells measured under --out, REF_* below where none is. On 2026-12-05 (2-core AMD EPYC): 9.9 h
+(9.5 h before UltraTool's unseen sets and pairs joined the full run), within one night: the 10⁵-tool row's three trainings over the padded library 61 minutes each
 (seed 0 measured, after the training speed-ups of that day: docs/speed.md) and the encoding of
 its 90,000 new tool texts 84 min; --quick 0.7 h, over its ~20-minute aim (nine trainings of ~2
 min fixed cost each).
@@ -74,6 +74,10 @@ SETTINGS = (*SPLIT_SETTINGS, *CD_SETTINGS, *DIST_SETTINGS)
 # The in-library settings run on the ToolBench-like library (the paper's Table 3 is on
 # ToolBench); CD on cross_domain.py's pairs.
 FULL_DATASETS = ("toollens",)
+# Beside them, by default, the new-combination splits of UltraTool too: the target asks for every
+# data set whose split holds ≥ 100 test queries, and UltraTool's test sets, like ToolLens', occur
+# in training (Seal-Tools' and BFCL's official test sets are new combinations already).
+FULL_EXTRA_DATASETS = {"sets": ("ultratool",), "pairs": ("ultratool",)}
 FULL_PAIRS = ("toollens:toolbench", "ultratool:seal_tools", "seal_tools:ultratool",
               "bfcl:seal_tools")
 # Baselines that apply per setting. A set classifier or a set-level scorer over a library
@@ -131,12 +135,14 @@ def _seeded(setting: str, method: str) -> bool:
 
 
 def build_plan(settings: list[str], datasets: list[str], pairs: list[str], methods: list[str],
-               seeds: list[int]) -> list[Cell]:
+               seeds: list[int], extra: dict[str, tuple[str, ...]] | None = None) -> list[Cell]:
   """Every cell, in run order: per setting and data set HYSET's seeds, the in-domain reference
-  (CD), then the baselines; seeds ascending (the first seed's predictions are the tested ones)."""
+  (CD), then the baselines; seeds ascending (the first seed's predictions are the tested ones).
+  ``extra``: setting -> data sets it also runs on (:data:`FULL_EXTRA_DATASETS`)."""
   cells = []
   for setting in settings:
-    for data in (pairs if setting in CD_SETTINGS else datasets):
+    more = [d for d in (extra or {}).get(setting, ()) if d not in datasets]
+    for data in (pairs if setting in CD_SETTINGS else [*datasets, *more]):
       own = ["hyset", *(["hyset-in-domain"] if setting in CD_SETTINGS else []),
              *(["hyset-padded"] if setting in DIST_SETTINGS[1:] else []),
              *baselines_of(setting)]
@@ -729,9 +735,18 @@ def _measured(out: pathlib.Path) -> tuple[dict, dict]:
   return trained, scored
 
 
+def _extra_text(extra: dict[str, tuple[str, ...]]) -> str:
+  """' (+ ultratool for sets, pairs)' for :data:`FULL_EXTRA_DATASETS`; '' for none."""
+  by_data: dict[str, list[str]] = {}
+  for setting, names in extra.items():
+    for d in names:
+      by_data.setdefault(d, []).append(setting)
+  return "".join(f" (+ {d} for {', '.join(ss)})" for d, ss in by_data.items())
+
+
 def full_plan() -> list[Cell]:
   return build_plan(list(SETTINGS), list(FULL_DATASETS), list(FULL_PAIRS), list(METHODS),
-                    [0, 1, 2])
+                    [0, 1, 2], FULL_EXTRA_DATASETS)
 
 
 def estimate(out: pathlib.Path, plan: list[Cell] | None = None, overrides: list[str] = (),
@@ -785,7 +800,8 @@ def estimate(out: pathlib.Path, plan: list[Cell] | None = None, overrides: list[
     per_setting[cell.setting] = per_setting.get(cell.setting, 0.0) + s
   total = sum(per_setting.values())
   what = ("the full Table 3 (`python -m benchmarks.paper_tables --table 3`: seeds 0-2, data "
-          f"sets {', '.join(FULL_DATASETS)}, CD pairs {', '.join(FULL_PAIRS)}, "
+          f"sets {', '.join(FULL_DATASETS)}{_extra_text(FULL_EXTRA_DATASETS)}, CD pairs "
+          f"{', '.join(FULL_PAIRS)}, "
           if plan is None else "this plan (")
   lines = [f"Estimated {what}{len(full)} cells, "
            + ("the presets' step budgets" if not overrides else
@@ -829,7 +845,7 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument("--datasets", nargs="+", metavar="NAME",
                       choices=("toollens", "bfcl", "ultratool", "seal_tools"),
                       help=f"data sets of the in-library settings (default "
-                           f"{' '.join(FULL_DATASETS)})")
+                           f"{' '.join(FULL_DATASETS)}{_extra_text(FULL_EXTRA_DATASETS)})")
   parser.add_argument("--pairs", nargs="+", metavar="SOURCE:TARGET",
                       help=f"CD pairs (default {' '.join(FULL_PAIRS)})")
   parser.add_argument("--methods", nargs="+", choices=METHODS, metavar="NAME",
@@ -862,6 +878,8 @@ def with_defaults(args: argparse.Namespace) -> argparse.Namespace:
   q = args.quick
   suffix = "_quick" if q else ""
   args.settings = args.settings or [s for s in SETTINGS if not q or s not in QUICK_SKIP]
+  # Named data sets are the plan's; the extra ones come with the default only.
+  args.extra = {} if (args.datasets or q) else dict(FULL_EXTRA_DATASETS)
   args.datasets = args.datasets or (["toollens"] if q else list(FULL_DATASETS))
   args.pairs = args.pairs or list(QUICK_PAIRS if q else FULL_PAIRS)
   args.methods = args.methods or list(QUICK_METHODS if q else METHODS)
@@ -902,14 +920,16 @@ def run(args: argparse.Namespace) -> int:
   args = with_defaults(args)
   check(args)
   if args.estimate_only:
-    plan = build_plan(args.settings, args.datasets, args.pairs, args.methods, args.seeds)
+    plan = build_plan(args.settings, args.datasets, args.pairs, args.methods, args.seeds,
+                      args.extra)
     same = plan == full_plan() and not args.overrides and args.adapt_steps == ADAPT_STEPS
     print("\n".join(estimate(args.out, None if same else plan, args.overrides,
                              args.adapt_steps)["lines"]))
     return 0
   outputs = paper_report.check_outputs(pathlib.Path(args.results), args.tag, args.force)
   io_utils.ensure_writable_dir(args.out, "--out folder")
-  plan = build_plan(args.settings, args.datasets, args.pairs, args.methods, args.seeds)
+  plan = build_plan(args.settings, args.datasets, args.pairs, args.methods, args.seeds,
+                    args.extra)
   if not plan:
     raise UserError(f"no cell to run: --settings {' '.join(args.settings)} with --methods "
                     f"{' '.join(args.methods)} selects nothing")
@@ -937,7 +957,7 @@ def build_report(plan: list[Cell], args: Any, ran: dict[str, float], wall_s: flo
   est = estimate(args.out)
   night = est["total_s"] <= 12 * 3600
   md = [f"Cells under `{args.out}`: settings {', '.join(args.settings)}; data sets "
-        f"{', '.join(args.datasets)}; CD pairs {', '.join(args.pairs)}; seeds "
+        f"{', '.join(args.datasets)}{_extra_text(args.extra)}; CD pairs {', '.join(args.pairs)}; seeds "
         f"{', '.join(map(str, args.seeds))}; overrides {args.overrides or 'none'}; "
         f"{args.adapt_steps} adaptation steps. R@5 and COMP@5 in percent, mean ± std over "
         "seeds (a single value: one run; in UT, UC, sets and pairs each seed draws its own "

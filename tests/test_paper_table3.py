@@ -83,6 +83,20 @@ def stand_in(tmp_path, monkeypatch, shared_data):
   return argv, trained, tmp_path
 
 
+def test_the_full_run_also_scores_ultratool_on_the_new_combination_splits():
+  on = {(c.setting, c.data) for c in t3.full_plan() if c.data == "ultratool"}
+  assert on == {("sets", "ultratool"), ("pairs", "ultratool")}
+  default = t3.with_defaults(t3.make_parser().parse_args(["--settings", "sets", "UT"]))
+  plan = t3.build_plan(default.settings, default.datasets, default.pairs, default.methods,
+                       default.seeds, default.extra)
+  assert {(c.setting, c.data) for c in plan} == {("sets", "toollens"), ("sets", "ultratool"),
+                                                 ("UT", "toollens")}
+  # Named data sets are the plan's, and --quick keeps to ToolLens.
+  for argv in (["--datasets", "toollens"], ["--quick"]):
+    args = t3.with_defaults(t3.make_parser().parse_args(["--settings", "sets", *argv]))
+    assert args.extra == {}
+
+
 def test_plan_applies_the_baselines_of_each_setting():
   plan = t3.build_plan(["UT", "sets", "CD", "dist-1000"], ["toollens"], ["ultratool:seal_tools"],
                        list(t3.METHODS), [0, 1])
