@@ -9,10 +9,11 @@ that apply there, per seed, as resumable cells; one table with the paper's figur
 
 Duration: the report's last lines (and ``--estimate-only``) estimate the full run from the
 cells measured under --out, REF_* below where none is. On 2026-12-05 (2-core AMD EPYC): 9.9 h
-(9.5 h before UltraTool's unseen sets and pairs joined the full run), within one night: the 10⁵-tool row's three trainings over the padded library 61 minutes each
-(seed 0 measured, after the training speed-ups of that day: docs/speed.md) and the encoding of
-its 90,000 new tool texts 84 min; --quick 0.7 h, over its ~20-minute aim (nine trainings of ~2
-min fixed cost each).
+(9.5 h before UltraTool's unseen sets and pairs joined the full run), within one night: the
+10⁵-tool row's three trainings over the padded library 61 minutes each (seed 0 measured, after
+the training speed-ups of that day: docs/speed.md) and the encoding of its 90,000 new tool
+texts 84 min; --quick 0.7 h, over its ~20-minute aim (nine trainings of ~2 min fixed cost
+each).
 
 Settings (each split is made by the setting's own builder, from the seed):
 
@@ -957,7 +958,8 @@ def build_report(plan: list[Cell], args: Any, ran: dict[str, float], wall_s: flo
   est = estimate(args.out)
   night = est["total_s"] <= 12 * 3600
   md = [f"Cells under `{args.out}`: settings {', '.join(args.settings)}; data sets "
-        f"{', '.join(args.datasets)}{_extra_text(args.extra)}; CD pairs {', '.join(args.pairs)}; seeds "
+        f"{', '.join(args.datasets)}{_extra_text(args.extra)}; CD pairs "
+        f"{', '.join(args.pairs)}; seeds "
         f"{', '.join(map(str, args.seeds))}; overrides {args.overrides or 'none'}; "
         f"{args.adapt_steps} adaptation steps. R@5 and COMP@5 in percent, mean ± std over "
         "seeds (a single value: one run; in UT, UC, sets and pairs each seed draws its own "

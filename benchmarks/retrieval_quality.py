@@ -88,7 +88,10 @@ def run_hyset(config_name: str, variant: str, overrides: list[str], seed: int,
     with io_utils.atomic_write(wall) as f:
       json.dump({"wall_s": summary["wall_s"], "steps": summary.get("steps")}, f)
   else:
-    saved = json.loads(wall.read_text()) if wall.is_file() else {}
+    try:  # a missing or damaged record is no measurement
+      saved = dict(json.loads(wall.read_text()))
+    except (OSError, ValueError, TypeError):
+      saved = {}
     summary["wall_s"] = saved.get("wall_s") if saved.get("steps") == summary.get("steps") else None
   summary["workdir"] = str(workdir)
   return summary
