@@ -106,11 +106,6 @@ class ModelConfig:
   # against γ = 1 (the paper's model), which wins ties. For libraries whose test sets are new
   # combinations, where the trained pair terms can misjudge the set's size; off = the paper.
   set_weight: bool = False
-  # How sure validation must be before a fitted term above replaces its absence: its gain in
-  # the criterion must exceed fit_margin standard errors of the paired per-query difference
-  # (post_theta.py); 0 = any gain (the choice by mean alone). Applies to every fit without an
-  # objective of its own (abstention keeps its rule).
-  fit_margin: float = 0.0
   # The ranking recorded in the model directory: "auto" picks greedy, logit, set-first,
   # set-mean or set-max on the validation split after training (the delivered set is the same
   # for all).
@@ -241,9 +236,6 @@ def validate(config: Config) -> Config:
          t.query_noise) < 0:
     raise UserError("train.eta, train.interaction_l2, train.tool_loss_weight, "
                     "train.exhaustive_loss_weight and train.query_noise must be ≥ 0")
-  if not config.model.fit_margin >= 0:  # NaN fails too
-    raise UserError(f"model.fit_margin must be ≥ 0 (standard errors), got "
-                    f"{config.model.fit_margin}")
   if config.data.validation_sets < 0:
     raise UserError(f"data.validation_sets must be ≥ 0, got {config.data.validation_sets}")
   if not 0 < config.data.validation_fraction < 1:

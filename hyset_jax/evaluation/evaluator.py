@@ -4,7 +4,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from hyset_jax.evaluation import metrics, significance
+from hyset_jax.evaluation import metrics
 from hyset_jax.inference import pipeline
 from hyset_jax.model import lexical as lexical_lib, terms
 from hyset_jax.model.query_inputs import QueryInputs
@@ -40,19 +40,6 @@ def evaluate_rankings(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ..
   """:func:`evaluate_split` for each of ``rankings``, from one stage-2 pass (``lexical_scores``:
   ``qs``'s lexical scores already computed, instead of ``lexical``; ``neighbor_table``: as
   :func:`pipeline.predict_batched`)."""
-  per_query = query_metrics(params, qs, tool_ids, mc, batch_size, rankings, lexical=lexical,
-                            lexical_scores=lexical_scores, neighbor_table=neighbor_table)
-  return {r: summary(m) for r, m in per_query.items()}
-
-
-def query_metrics(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ...], mc,
-                  batch_size: int, rankings: tuple[str, ...] = pipeline.RANKINGS,
-                  lexical: lexical_lib.LexicalIndex | None = None,
-                  lexical_scores: np.ndarray | None = None,
-                  neighbor_table: bool | None = None
-                  ) -> dict[str, dict[str, np.ndarray]]:
-  """:func:`evaluate_rankings` per query: ranking -> metric -> float64[n] (``qs``'s order;
-  with the abstain term, ``"abstained"`` too); :func:`summary` gives the means."""
   if lexical_scores is None:
     lexical_scores = lexical_lib.query_scores(params.lexical_weight, lexical, qs.texts)
   preds = pipeline.predict_batched(jax.device_get(params),
@@ -61,19 +48,7 @@ def query_metrics(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ...], 
                                     batch_size=batch_size, rankings=tuple(rankings),
                                     neighbor_table=neighbor_table)
   abstains = params.abstain is not None
-  return {r: prediction_query_metrics(p, qs, tool_ids, abstains)
-          for r, p in zip(rankings, preds)}
-
-
-def summary(per_query: dict[str, np.ndarray]) -> dict[str, float]:
-  """The means of :func:`query_metrics`' arrays and ``n_queries``: :func:`prediction_metrics`'
-  result for the same predictions."""
-  n = len(next(iter(per_query.values())))
-  if not n:
-    raise ValueError("no queries to evaluate")
-  means = {k: float(v.mean()) for k, v in per_query.items()}
-  abstained = {"abstained": means.pop("abstained")} if "abstained" in means else {}
-  return means | {"n_queries": n} | abstained
+  return {r: prediction_metrics(p, qs, tool_ids, abstains) for r, p in zip(rankings, preds)}
 
 
 def evaluate_parts(params: HysetParams, parts: dict[str, QuerySet], tool_ids: tuple[str, ...],
@@ -82,23 +57,10 @@ def evaluate_parts(params: HysetParams, parts: dict[str, QuerySet], tool_ids: tu
                    neighbor_table: bool | None = None) -> dict[str, dict[str, float]]:
   """:func:`evaluate_rankings` on each validation part (split name -> queries,
   train_data.validation_parts), combined per ranking by :func:`mean_metrics`."""
-  return evaluate_parts_per_query(params, parts, tool_ids, mc, batch_size, rankings, lexical,
-                                  neighbor_table)[0]
-
-
-def evaluate_parts_per_query(params: HysetParams, parts: dict[str, QuerySet],
-                             tool_ids: tuple[str, ...], mc, batch_size: int,
-                             rankings: tuple[str, ...] = pipeline.RANKINGS,
-                             lexical: lexical_lib.LexicalIndex | None = None,
-                             neighbor_table: bool | None = None):
-  """:func:`evaluate_parts` and what it is the mean of: (ranking -> combined metrics, ranking
-  -> part -> :func:`query_metrics`' arrays)."""
-  per_part = {name: query_metrics(params, qs, tool_ids, mc, batch_size, rankings,
-                                  lexical=lexical, neighbor_table=neighbor_table)
+  per_part = {name: evaluate_rankings(params, qs, tool_ids, mc, batch_size, rankings,
+                                      lexical=lexical, neighbor_table=neighbor_table)
               for name, qs in parts.items()}
-  combined = {r: mean_metrics({name: summary(m[r]) for name, m in per_part.items()})
-              for r in rankings}
-  return combined, {r: {name: m[r] for name, m in per_part.items()} for r in rankings}
+  return {r: mean_metrics({name: m[r] for name, m in per_part.items()}) for r in rankings}
 
 
 def mean_metrics(parts: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -125,22 +87,14 @@ def prediction_metrics(pred: pipeline.Prediction, qs: QuerySet, tool_ids: tuple[
                        abstains: bool = False) -> dict[str, float]:
   """The metrics of ``pred``; a query answered with no set (abstention: "no tool needed")
   counts as retrieving nothing, its ranking included — the agent was told to use no tool."""
-  return summary(prediction_query_metrics(pred, qs, tool_ids, abstains))
-
-
-def prediction_query_metrics(pred: pipeline.Prediction, qs: QuerySet,
-                             tool_ids: tuple[str, ...], abstains: bool = False
-                             ) -> dict[str, np.ndarray]:
-  """:func:`prediction_metrics` per query: metric -> float64[n]."""
   ids = np.asarray(tool_ids, dtype=object)
   empty = np.asarray(pred.set_size) == 0
   rankings = [[] if e else ids[r[r >= 0]].tolist()  # -1: a slot a filter emptied
               for r, e in zip(pred.ranking, empty)]
   sets = [ids[t[:n]].tolist() for t, n in zip(pred.set_tools, pred.set_size)]
   gold = [[tool_ids[t] for t in g] for g in qs.gold]
-  metrics.check_gold_sets(gold)
-  out = significance.per_query_metrics(rankings, gold, sets)
-  return out | {"abstained": empty.astype(np.float64)} if abstains else out
+  out = metrics.evaluate(rankings, gold, sets)
+  return out | {"abstained": float(np.mean(empty))} if abstains else out
 
 
 def choose_ranking(params: HysetParams, qs: QuerySet, tool_ids: tuple[str, ...], mc,

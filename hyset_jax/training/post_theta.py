@@ -77,16 +77,13 @@ class _Scorer:
     self.requested = (self.fixed,) if self.fixed else pipeline.RANKINGS
 
   def __call__(self, model) -> dict[str, dict[str, float]]:
-    """Ranking -> validation metrics; the per-query values behind them stay in
-    :attr:`per_query` (ranking -> part -> metric -> float64[n]) until the next call."""
     allowed = terms.allowed_rankings(model.params)
     rankings = tuple(r for r in self.requested if r in allowed)
     # neighbor_table: the candidates share Z and M_M, so one table (built for the first,
     # neighbors.load_or_build keeps it) serves them all, however large the library.
-    scores, self.per_query = evaluator.evaluate_parts_per_query(
-        model.params, self.parts, self.tool_ids, self.mc, self.batch_size, rankings,
-        lexical=model.lexical, neighbor_table=True)
-    return scores
+    return evaluator.evaluate_parts(model.params, self.parts, self.tool_ids, self.mc,
+                                    self.batch_size, rankings, lexical=model.lexical,
+                                    neighbor_table=True)
 
   def ranked(self, scores: dict[str, dict[str, float]]) -> str:
     """The ranking without a new term: the best mean of the rank metrics (ties: the paper's
@@ -103,19 +100,14 @@ def fit_term(term: terms.Term, model, data, config, scorer: _Scorer | None = Non
   """
   fit, t0 = term.fit, time.time()
   scorer = scorer or _Scorer(data, config)
-  if plain is None:
-    plain = scorer(model)
-  else:
-    scorer.per_query = None  # the model's own: only needed (and recomputed) for the margin
-  margin = config.model.fit_margin if fit.objective is None else 0.0
-  ranking = base_ranking = scorer.ranked(plain)
+  plain = plain if plain is not None else scorer(model)
+  ranking = scorer.ranked(plain)
   extra = fit.measure(model, data, config) if fit.measure else {}
   none = {r: m | extra for r, m in plain.items()}
   table = {f"{term.name} none {r}": m for r, m in none.items()}
   base = none[ranking]
   scores = {f"none {r}": _value(fit, m, base) for r, m in none.items()}
   best, chosen = scores[f"none {ranking}"], None
-  none_queries = scorer.per_query and scorer.per_query[ranking]
   for label, candidate in fit.candidates(model, data, config):
     extra = fit.measure(candidate, data, config) if fit.measure else {}
     for r, m in scorer(candidate).items():
@@ -123,47 +115,11 @@ def fit_term(term: terms.Term, model, data, config, scorer: _Scorer | None = Non
       value = scores[f"{label} {r}"] = _value(fit, m, base)
       if value is not None and value > best:
         best, chosen, ranking, model_chosen = value, label, r, candidate
-        chosen_queries = scorer.per_query[r]
-  record = {"term": term.name, "criterion": list(fit.criterion), "scores": scores}
-  if chosen and margin:
-    if not none_queries:
-      scorer(model)
-      none_queries = scorer.per_query[base_ranking]
-    gain, se = paired_gain(chosen_queries, none_queries, fit.criterion)
-    record["margin"] = {"gain": gain, "se": se, "fit_margin": margin,
-                        "candidate": chosen, "kept": gain > margin * se}
-    if not record["margin"]["kept"]:
-      chosen, ranking = None, base_ranking
   log.info("%s term: %s, ranking %r chosen on validation (%.0fs)", term.name,
            chosen or "none", ranking, time.time() - t0)
-  record |= {"chosen": chosen or "none", "ranking": ranking}
+  record = {"term": term.name, "criterion": list(fit.criterion), "scores": scores,
+            "chosen": chosen or "none", "ranking": ranking}
   return (model_chosen if chosen else model), ranking, table, record
-
-
-def paired_gain(a: dict[str, dict[str, np.ndarray]], b: dict[str, dict[str, np.ndarray]],
-                criterion: tuple[str, ...]) -> tuple[float, float]:
-  """How much better ``a`` is than ``b`` on the criterion, and the standard error of that.
-
-  Args:
-    a, b: validation part -> metric -> float64[n] (the same queries in both).
-    criterion: the metrics whose mean is the criterion.
-
-  Returns:
-    (gain, se): the criterion of ``a`` minus that of ``b`` (each the mean over the parts of the
-    part's mean over queries of the per-query criterion, as the choice reads it) and its
-    standard error from the paired per-query differences, parts independent.
-
-  >>> ones, zeros = {"p": {"m": np.ones(4)}}, {"p": {"m": np.array([1.0, 0.0, 0.0, 0.0])}}
-  >>> paired_gain(ones, zeros, ("m",))
-  (0.75, 0.25)
-  """
-  gains, variances = [], []
-  for part in a:
-    d = (np.mean([a[part][k] for k in criterion], axis=0)
-         - np.mean([b[part][k] for k in criterion], axis=0))
-    gains.append(float(d.mean()))
-    variances.append(float(d.var(ddof=1)) / len(d) if len(d) > 1 else 0.0)
-  return float(np.mean(gains)), float(np.sqrt(np.sum(variances)) / len(gains))
 
 
 def select(model, data, config) -> Selection:

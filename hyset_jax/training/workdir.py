@@ -34,10 +34,9 @@ log = logging.getLogger("hyset_jax.training.train")
 
 CONFIG_FILE = "config.json"
 # Config keys that only change what is chosen after training: a rerun may change them.
-# The switches of the terms chosen after θ (training.post_theta) and the margin their choice
-# needs: a finished run may change them, which only rechooses.
-AFTER_TRAINING = frozenset(f"model.{t.fit.switch}" for t in terms.REGISTRY.values()
-                           if t.fit) | {"model.fit_margin"}
+# The switches of the terms chosen after θ (training.post_theta): a finished run may switch one
+# on or off, which only rechooses.
+AFTER_TRAINING = frozenset(f"model.{t.fit.switch}" for t in terms.REGISTRY.values() if t.fit)
 METRICS_FILE = "metrics.jsonl"
 LOCK_FILE = ".lock"
 
