@@ -39,7 +39,7 @@ from hyset_jax.data.types import Dataset, Query
 from hyset_jax.errors import UserError
 
 DEFAULT_SETS = 40
-DEFAULT_VALIDATION_SETS = 40
+DEFAULT_VALIDATION_SETS = 20
 
 
 def pooled_queries(dataset: Dataset) -> list[Query]:
