@@ -8,8 +8,8 @@ that apply there, per seed, as resumable cells; one table with the paper's figur
   python -m benchmarks.paper_tables --table 3 --report-only    # the tables of what is finished
 
 Duration: the report's last lines (and ``--estimate-only``) estimate the full run from the
-cells measured under --out, REF_* below where none is. On 2026-12-05 (2-core AMD EPYC): 9.9 h
-(9.5 h before UltraTool's unseen sets and pairs joined the full run), within one night: the
+cells measured under --out, REF_* below where none is. On 2026-12-05 (2-core AMD EPYC): 10.5 h
+(9.9 h before UltraTool's UT and UC settings joined the full run), within one night: the
 10⁵-tool row's three trainings over the padded library 61 minutes each (seed 0 measured, after
 the training speed-ups of that day: docs/speed.md) and the encoding of its 90,000 new tool
 texts 84 min; --quick 0.7 h, over its ~20-minute aim (nine trainings of ~2 min fixed cost
@@ -75,10 +75,11 @@ SETTINGS = (*SPLIT_SETTINGS, *CD_SETTINGS, *DIST_SETTINGS)
 # The in-library settings run on the ToolBench-like library (the paper's Table 3 is on
 # ToolBench); CD on cross_domain.py's pairs.
 FULL_DATASETS = ("toollens",)
-# Beside them, by default, the new-combination splits of UltraTool too: the target asks for every
-# data set whose split holds ≥ 100 test queries, and UltraTool's test sets, like ToolLens', occur
-# in training (Seal-Tools' and BFCL's official test sets are new combinations already).
-FULL_EXTRA_DATASETS = {"sets": ("ultratool",), "pairs": ("ultratool",)}
+# Beside them, by default, every split setting of UltraTool too: the new-combination target asks
+# for every data set whose split holds ≥ 100 test queries, and UltraTool's test sets, like
+# ToolLens', occur in training (Seal-Tools' and BFCL's official test sets are new combinations
+# already); its held-out tools and categories (its `domain`) are the paper's UT and UC there.
+FULL_EXTRA_DATASETS = {setting: ("ultratool",) for setting in SPLIT_SETTINGS}
 FULL_PAIRS = ("toollens:toolbench", "ultratool:seal_tools", "seal_tools:ultratool",
               "bfcl:seal_tools")
 # Baselines that apply per setting. A set classifier or a set-level scorer over a library

@@ -83,14 +83,16 @@ def stand_in(tmp_path, monkeypatch, shared_data):
   return argv, trained, tmp_path
 
 
-def test_the_full_run_also_scores_ultratool_on_the_new_combination_splits():
+def test_the_full_run_also_scores_ultratool_on_every_split_setting():
   on = {(c.setting, c.data) for c in t3.full_plan() if c.data == "ultratool"}
-  assert on == {("sets", "ultratool"), ("pairs", "ultratool")}
-  default = t3.with_defaults(t3.make_parser().parse_args(["--settings", "sets", "UT"]))
+  assert on == {(s, "ultratool") for s in t3.SPLIT_SETTINGS}
+  default = t3.with_defaults(t3.make_parser().parse_args(["--settings", "sets", "UT",
+                                                          "dist-base"]))
   plan = t3.build_plan(default.settings, default.datasets, default.pairs, default.methods,
                        default.seeds, default.extra)
   assert {(c.setting, c.data) for c in plan} == {("sets", "toollens"), ("sets", "ultratool"),
-                                                 ("UT", "toollens")}
+                                                 ("UT", "toollens"), ("UT", "ultratool"),
+                                                 ("dist-base", "toollens")}
   # Named data sets are the plan's, and --quick keeps to ToolLens.
   for argv in (["--datasets", "toollens"], ["--quick"]):
     args = t3.with_defaults(t3.make_parser().parse_args(["--settings", "sets", *argv]))
@@ -234,7 +236,9 @@ def test_bad_pair_is_a_user_error(stand_in, capsys):
 
 
 def test_estimate_takes_a_measured_cell_over_the_reference(tmp_path):
-  ref = t3.estimate(tmp_path)["per_setting_s"]["UT"]
+  # ToolLens' UT cells only (the full plan's UltraTool cells would take the measured scoring too).
+  plan = t3.build_plan(["UT"], ["toollens"], [], list(t3.METHODS), [0, 1, 2])
+  ref = t3.estimate(tmp_path, plan)["per_setting_s"]["UT"]
   cell = tmp_path / "cells" / "UT" / "toollens" / "hyset" / "s0"
   cell.mkdir(parents=True)
   result = {"complete": True, "wall_s": 230.0, "tools": 464,
@@ -245,12 +249,12 @@ def test_estimate_takes_a_measured_cell_over_the_reference(tmp_path):
   (cell / "result.json").write_text(json.dumps(result))
   # No step rate logged (no workdir): the training counts as measured, 200 s per seed, and
   # the cell's 30 s of scoring replaces the reference's; the baselines keep theirs.
-  got = t3.estimate(tmp_path)["per_setting_s"]["UT"]
+  got = t3.estimate(tmp_path, plan)["per_setting_s"]["UT"]
   ref_hyset = 3 * (t3.REF_TRAIN_S["toollens"] + t3.REF_SCORE_S)
   assert got == pytest.approx(ref - ref_hyset + 3 * (200.0 + 30.0), abs=0.2)
   result["spec"]["max_queries"] = 60          # a cut test split stands for nothing
   (cell / "result.json").write_text(json.dumps(result))
-  assert t3.estimate(tmp_path)["per_setting_s"]["UT"] == ref
+  assert t3.estimate(tmp_path, plan)["per_setting_s"]["UT"] == ref
 
 
 def test_an_unmeasured_padded_training_scales_the_largest_measured_one(tmp_path):
