@@ -32,12 +32,10 @@ from benchmarks import provenance
 def grid(model, data, config):
   """(label, model) for every α × β of the run's switched-on terms (α = 1, β = 0 included)."""
   from hyset_jax.model import terms
-  from hyset_jax.model.terms import row_blend
   mc = config.model
   alphas = [("α=1", model)]
-  if mc.row_blend and mc.train_tool_embeddings:
-    alphas += [(f"α={a:g}", row_blend.blended(model, data.tool_embeddings, a))
-               for a in row_blend.ALPHAS]
+  if mc.row_blend:  # the term's own grid (none where Z is the encoder's)
+    alphas += list(terms.REGISTRY["row_blend"].fit.candidates(model, data, config))
   for a_label, m in alphas:
     yield f"{a_label} β=0", m
     if mc.lexical:
@@ -63,10 +61,13 @@ def score_run(workdir: pathlib.Path, batch_size: int = 256) -> dict:
     if not (workdir / need).exists():
       raise UserError(f"--workdir {workdir}: no {need}; pass a finished `hyset train` workdir")
   try:
-    config = config_lib.validate(config_lib.from_dict(
-        json.loads((workdir / "config.json").read_text())))
+    saved = json.loads((workdir / "config.json").read_text())
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
     raise UserError(f"{workdir / 'config.json'}: not valid JSON ({e})") from None
+  if not isinstance(saved, dict):
+    raise UserError(f"{workdir / 'config.json'}: expected a JSON object (a hyset config), got "
+                    f"{type(saved).__name__}")
+  config = config_lib.validate(config_lib.from_dict(saved))
   data = prepare_data(config)
   if config.data.test_split not in data.splits:
     raise UserError(f"--workdir {workdir}: its data ({config.data.spec}) has no "
@@ -86,8 +87,9 @@ def score_run(workdir: pathlib.Path, batch_size: int = 256) -> dict:
                               "test comp@5": tst[r]["comp@5"], "test recall@5": tst[r]["recall@5"]}
     print(f"{workdir.name}: {label}: best test COMP@5 "
           f"{100 * max(tst[r]['comp@5'] for r in rankings):.2f}", flush=True)
-  # Ties: the first candidate (α = 1, β = 0 and the paper's greedy come first), as the fits.
-  pick = lambda key: max(rows, key=lambda k: (rows[k][key], -list(rows).index(k)))
+  # Ties: max keeps the first candidate (α = 1, β = 0 and the paper's greedy come first), as the
+  # fits do.
+  pick = lambda key: max(rows, key=lambda k: rows[k][key])
   return {"workdir": str(workdir), "candidates": rows,
           "validation pick": pick("validation"), "test pick": pick("test"),
           "best test comp@5": pick("test comp@5"),
