@@ -77,9 +77,13 @@ SETTINGS = (*SPLIT_SETTINGS, *CD_SETTINGS, *DIST_SETTINGS)
 FULL_DATASETS = ("toollens",)
 # Beside them, by default, every split setting of UltraTool too: the new-combination target asks
 # for every data set whose split holds ≥ 100 test queries, and UltraTool's test sets, like
-# ToolLens', occur in training (Seal-Tools' and BFCL's official test sets are new combinations
-# already); its held-out tools and categories (its `domain`) are the paper's UT and UC there.
-FULL_EXTRA_DATASETS = {setting: ("ultratool",) for setting in SPLIT_SETTINGS}
+# ToolLens', occur in training; its held-out tools and categories (its `domain`) are the paper's
+# UT and UC there. Seal-Tools' held-out tools and categories (its `field`) as well, but not its
+# unseen sets and pairs: its official test sets are new combinations already (BFCL's too).
+NEW_COMBINATION_SETTINGS = ("sets", "pairs")
+FULL_EXTRA_DATASETS = {setting: ("ultratool",) + (() if setting in NEW_COMBINATION_SETTINGS
+                                                  else ("seal_tools",))
+                       for setting in SPLIT_SETTINGS}
 FULL_PAIRS = ("toollens:toolbench", "ultratool:seal_tools", "seal_tools:ultratool",
               "bfcl:seal_tools")
 # Baselines that apply per setting. A set classifier or a set-level scorer over a library
@@ -958,9 +962,11 @@ def build_report(plan: list[Cell], args: Any, ran: dict[str, float], wall_s: flo
   docs = tables(plan, args.out, args)
   est = estimate(args.out)
   night = est["total_s"] <= 12 * 3600
+  # The CD pairs only where a CD setting ran: a plan without one has none.
+  pairs = (f"; CD pairs {', '.join(args.pairs)}"
+           if any(s in CD_SETTINGS for s in args.settings) else "")
   md = [f"Cells under `{args.out}`: settings {', '.join(args.settings)}; data sets "
-        f"{', '.join(args.datasets)}{_extra_text(args.extra)}; CD pairs "
-        f"{', '.join(args.pairs)}; seeds "
+        f"{', '.join(args.datasets)}{_extra_text(args.extra)}{pairs}; seeds "
         f"{', '.join(map(str, args.seeds))}; overrides {args.overrides or 'none'}; "
         f"{args.adapt_steps} adaptation steps. R@5 and COMP@5 in percent, mean ± std over "
         "seeds (a single value: one run; in UT, UC, sets and pairs each seed draws its own "

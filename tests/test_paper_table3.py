@@ -83,16 +83,19 @@ def stand_in(tmp_path, monkeypatch, shared_data):
   return argv, trained, tmp_path
 
 
-def test_the_full_run_also_scores_ultratool_on_every_split_setting():
+def test_the_full_run_also_scores_ultratool_and_seal_tools_held_out_settings():
   on = {(c.setting, c.data) for c in t3.full_plan() if c.data == "ultratool"}
   assert on == {(s, "ultratool") for s in t3.SPLIT_SETTINGS}
+  # Seal-Tools: held-out tools and categories; its official test is new combinations already.
+  on = {c.setting for c in t3.full_plan() if c.data == "seal_tools"}
+  assert on == {"UT", "UC-0", "UC-1", "UC-5", "UC-10", "UC-full"}
   default = t3.with_defaults(t3.make_parser().parse_args(["--settings", "sets", "UT",
                                                           "dist-base"]))
   plan = t3.build_plan(default.settings, default.datasets, default.pairs, default.methods,
                        default.seeds, default.extra)
   assert {(c.setting, c.data) for c in plan} == {("sets", "toollens"), ("sets", "ultratool"),
                                                  ("UT", "toollens"), ("UT", "ultratool"),
-                                                 ("dist-base", "toollens")}
+                                                 ("UT", "seal_tools"), ("dist-base", "toollens")}
   # Named data sets are the plan's, and --quick keeps to ToolLens.
   for argv in (["--datasets", "toollens"], ["--quick"]):
     args = t3.with_defaults(t3.make_parser().parse_args(["--settings", "sets", *argv]))
@@ -175,6 +178,7 @@ def test_table3_models_resume_and_derived_figures(stand_in, capsys):
   assert "ceiling" not in lab["UC-full"] and 0 < lab["UC-5"]["ceiling"]["share"]
   md = (tmp / "res" / "t.md").read_text()
   assert "## Held-out categories: what the labels reach" in md
+  assert "; CD pairs toollens:toolbench; seeds" in md
   for figure in ("recovers 93.2%", "retains 79.9%", "+13.1% COMP@5", "stable (no figure"):
     assert figure in md
   # Cells of cut test splits (--max-queries) do not stand for the full run's: the estimate is
@@ -202,6 +206,9 @@ def test_table3_models_resume_and_derived_figures(stand_in, capsys):
   assert "UT/toollens/hyset/s1" in doc["not_run"] and doc["ran_s"] == {}
   assert {(d["setting"], d["data"]) for d in doc["tables"]} == set(by)
   assert "Not run yet, so not in the tables" in (tmp / "res" / "t.md").read_text()
+  # A report without a CD setting names no CD pairs.
+  assert paper_tables.main(argv + ["--force", "--report-only", "--settings", "UT"]) == 0
+  assert "; CD pairs" not in (tmp / "res" / "t.md").read_text()
   capsys.readouterr()
   assert paper_tables.main(argv + ["--force", "--report-only", "--out", str(tmp / "none")]) == 2
   assert "none of the" in capsys.readouterr().err
