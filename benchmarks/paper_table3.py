@@ -8,8 +8,10 @@ that apply there, per seed, as resumable cells; one table with the paper's figur
   python -m benchmarks.paper_tables --table 3 --report-only    # the tables of what is finished
 
 Duration: the report's last lines (and ``--estimate-only``) estimate the full run from the
-cells measured under --out, REF_* below where none is. On 2026-12-05 (2-core AMD EPYC): 10.5 h
-(9.9 h before UltraTool's UT and UC settings joined the full run), within one night: the
+cells measured under --out, REF_* below where none is. On 2026-12-05 (2-core AMD EPYC): 11.9 h,
+within one night — 10.5 h from the full run's cells (9.9 h before UltraTool's UT and UC
+settings joined it) plus Seal-Tools' UT and UC cells, 85 min measured (their own report's
+estimate, whose --out holds no other cell, counts REF_* for the rest: 30.3 h). In it: the
 10⁵-tool row's three trainings over the padded library 61 minutes each (seed 0 measured, after
 the training speed-ups of that day: docs/speed.md) and the encoding of its 90,000 new tool
 texts 84 min; --quick 0.7 h, over its ~20-minute aim (nine trainings of ~2 min fixed cost
