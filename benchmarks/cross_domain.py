@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks import provenance
+from benchmarks import kshot, provenance
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
@@ -113,9 +113,7 @@ def _pair(source: str, target: str, args, work: pathlib.Path, given) -> dict:
   adapted = _trained(work / f"adapt_{source}_to_{target}", config["name"],
                      _fitting(target, config["model"]["max_set_size"], work,
                               args.target_queries),
-                     f"train.init_model={src.resolve()}", f"train.num_steps={args.adapt_steps}",
-                     "train.warmup_steps=0", f"train.eval_every={max(1, args.adapt_steps // 4)}",
-                     f"train.checkpoint_every={args.adapt_steps}")
+                     *kshot.adapt_overrides(src, args.adapt_steps))
   rows["+ target"] = _eval(spec, "hyset", adapted,
                            work / f"eval_{source}_to_{target}_adapted.json")
   rows["in-domain"] = _eval(spec, "hyset", _model(target, work, given),

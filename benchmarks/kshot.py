@@ -51,6 +51,16 @@ def _hyset(*args: str) -> None:
   _run("hyset_jax.cli", *args)
 
 
+def adapt_overrides(init: pathlib.Path, steps: int, last: bool = False) -> list[str]:
+  """The adaptation recipe of every k-shot and cross-domain (+ target) run, as ``hyset train``
+  overrides: θ from ``init``, ``steps`` steps of the preset's schedule without warm-up;
+  ``last``: the last step is best/ (a validation that holds no query it adapts to cannot
+  choose one)."""
+  return [f"train.init_model={pathlib.Path(init).resolve()}", f"train.num_steps={steps}",
+          "train.warmup_steps=0", f"train.eval_every={max(1, steps // 4)}",
+          f"train.checkpoint_every={steps}", *(["train.keep=last"] if last else [])]
+
+
 def _write_setting(root: pathlib.Path, library, train, validation, test) -> str:
   """A BEIR folder over the whole library with the given splits (an empty one left out); returns
   its spec. Written once: a finished folder (renamed into place whole) is reused."""
@@ -160,10 +170,8 @@ def _train(args, name: str, spec: str, workdir: pathlib.Path, init: pathlib.Path
   if (workdir / "final" / "manifest.json").exists():
     return float(record.read_text()) if record.exists() else float("nan")
   steps = args.adapt_steps if init else args.steps
-  sets = [f"train.seed={args.seed}"] + ([f"train.num_steps={steps}"] if steps else [])
-  if init:
-    sets += [f"train.init_model={init}", f"train.eval_every={max(1, steps // 4)}",
-             f"train.checkpoint_every={steps}", "train.warmup_steps=0", "train.keep=last"]
+  sets = [f"train.seed={args.seed}", *(adapt_overrides(init, steps, last=True) if init else
+                                       [f"train.num_steps={steps}"] if steps else [])]
   t0 = time.time()
   _hyset("train", "--config", args.config, "--data", spec, "--workdir", str(workdir),
          *[x for kv in sets for x in ("--set", kv)])

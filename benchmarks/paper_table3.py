@@ -10,8 +10,8 @@ that apply there, per seed, as resumable cells; one table with the paper's figur
 Duration: the report's last lines (and ``--estimate-only``) estimate the full run from the
 cells measured under --out, REF_* below where none is. On 2026-12-05 (2-core AMD EPYC): 11.9 h,
 within one night — 10.5 h from the full run's cells (9.9 h before UltraTool's UT and UC
-settings joined it) plus Seal-Tools' UT and UC cells, 85 min measured (their own report's
-estimate, whose --out holds no other cell, counts REF_* for the rest: 30.3 h). In it: the
+settings joined it) plus Seal-Tools' UT and UC cells, 85 min measured; REF_* are that run's
+measurements, and from them alone (an empty --out) the estimate is 12.5 h. In it: the
 10⁵-tool row's three trainings over the padded library 61 minutes each (seed 0 measured, after
 the training speed-ups of that day: docs/speed.md) and the encoding of its 90,000 new tool
 texts 84 min; --quick 0.7 h, over its ~20-minute aim (nine trainings of ~2 min fixed cost
@@ -72,6 +72,8 @@ UC_SHOTS = (1, 5, 10)
 DIST_SIZES = (1_000, 10_000, 100_000)
 SPLIT_SETTINGS = ("UT", "UC-0", *(f"UC-{k}" for k in UC_SHOTS), "UC-full", "sets", "pairs")
 CD_SETTINGS = ("CD", "CD+target")
+# The settings whose HYSET model is adapted from another (--adapt-steps, --adapt-set).
+ADAPT_SETTINGS = (*(f"UC-{k}" for k in UC_SHOTS), "CD+target")
 DIST_SETTINGS = ("dist-base", *(f"dist-{n}" for n in DIST_SIZES))
 SETTINGS = (*SPLIT_SETTINGS, *CD_SETTINGS, *DIST_SETTINGS)
 # The in-library settings run on the ToolBench-like library (the paper's Table 3 is on
@@ -277,24 +279,17 @@ def _runs(out: pathlib.Path, overrides: list[str]) -> pathlib.Path:
   return out / "train" / ("preset" if not overrides else f"set-{digest}")
 
 
-def adapt_overrides(init: pathlib.Path, steps: int, last: bool = False) -> list[str]:
-  """kshot.py's and cross_domain.py's adaptation: θ from ``init``, a fixed short schedule;
-  ``last``: its last step is best/ (kshot.py: validation holds no query it adapts to)."""
-  return [f"train.init_model={init.resolve()}", f"train.num_steps={steps}",
-          "train.warmup_steps=0", f"train.eval_every={max(1, steps // 4)}",
-          f"train.checkpoint_every={steps}", *(["train.keep=last"] if last else [])]
-
-
 def train(out: pathlib.Path, args: Any, preset: str, spec: str, seed: int, tag: str,
           init: pathlib.Path | None = None, last: bool = False) -> tuple[pathlib.Path, dict]:
   """A HYSET training of ``preset`` on ``spec`` (an adaptation from ``init``, its last step kept
   when ``last``), resumed or reused when its workdir exists; returns the workdir and what the
   cell records about it."""
-  from benchmarks import retrieval_quality
-  extra = adapt_overrides(init, args.adapt_steps, last) if init else []
+  from benchmarks import kshot, retrieval_quality
+  adapt = [*kshot.adapt_overrides(init, args.adapt_steps, last), *args.adapt_sets] if init else []
+  # --adapt-set gives the adaptations a folder of their own; the models they start from stay.
+  folder = _runs(out, [*args.overrides, *(args.adapt_sets if init else [])])
   summary = retrieval_quality.run_hyset(preset, "hyset", [*args.overrides, f"data.spec={spec}",
-                                                          *extra],
-                                        seed, _runs(out, args.overrides), tag)
+                                                          *adapt], seed, folder, tag)
   record = {"tag": tag, "preset": preset, "kind": "adapt" if init else "full",
             "steps": summary.get("steps"), "wall_s": summary.get("wall_s"),
             "workdir": summary["workdir"]}
@@ -387,9 +382,12 @@ def build_retriever(cell: Cell, sd: SettingData, out: pathlib.Path, args: Any
 
 def cell_spec(cell: Cell, args: Any) -> dict:
   """What a finished cell must have been made with (a --quick result is not a full one's)."""
+  adapted = cell.method == "hyset" and cell.setting in ADAPT_SETTINGS
   return {"setting": cell.setting, "data": cell.data, "method": cell.method, "seed": cell.seed,
           "overrides": list(args.overrides), "adapt_steps": args.adapt_steps,
-          "target_queries": args.target_queries, "max_queries": args.max_queries}
+          "target_queries": args.target_queries, "max_queries": args.max_queries,
+          # Only where it applies, so that other cells (and older results) stay finished.
+          **({"adapt_sets": list(args.adapt_sets)} if adapted and args.adapt_sets else {})}
 
 
 def finished(out: pathlib.Path, cell: Cell, args: Any) -> bool:
@@ -619,33 +617,37 @@ def _clock(seconds: float) -> str:
 
 
 # --- the estimate ----------------------------------------------------------------------------
-# Seconds measured on this shared 2-core CPU before Table 3 existed, used where this run's
-# cells measured nothing of the kind (a cell's own measurement always wins):
-# - a preset's whole training (its step budget): ToolLens 1,280 s (benchmarks/kshot.py's
-#   full-supervision run of 2026-12-04, results/kshot_toollens.md in git; the paper_tables
-#   --quick cell's 1.15 s/step and 124 s overhead give 1,279 s. Since docs/speed.md's training
-#   speed-ups the same run took 219 s on the idle CPU, 2026-12-05: these references err long);
-#   ToolBench with the ToolLens preset 3,150 s (runs/cross:
-#   3.15 s/step × 1,000); UltraTool, Seal-Tools: paper_estimate.REFERENCE_TRAIN_S; BFCL 600 steps
-#   × 1.05 s/step + 100 s (the paper_tables --quick cell);
-# - an adaptation of 100 steps: 579 s (kshot.py's 1-, 5- and 10-shot runs of 2026-12-04: 713,
-#   560, 465 s; 50, 53, 54 s on 2026-12-05);
-# - a training's fixed part (data, compilation, the first validation): 124 s (the --quick
-#   ToolLens cell), the rest scaling with the steps;
-# - scoring a setting's test split with a trained HYSET: 10 s (the quick cells: 5 s);
-# - a baseline's fit and scoring: the paper_tables --quick ToolLens cells
-#   (results/paper_tables_quick.json), else paper_estimate.REFERENCE_FIT_S;
+# Seconds measured on this shared 2-core CPU, used where this run's cells measured nothing of
+# the kind (a cell's own measurement always wins). From the full Table 3 run of 2026-12-05
+# (2-core AMD EPYC; results/paper_table3.json and paper_table3_seal.json, their cells'
+# "trainings" and wall times), means over the seeds:
+# - a preset's whole training (its step budget): ToolLens 250 s (1,000 steps; 233-272 s over
+#   the UT, UC, sets, pairs and native trainings), ToolBench with the ToolLens preset 596 s
+#   (561-647), BFCL 154 s (600 steps), UltraTool 104 s (500 steps; 95-111), Seal-Tools 128 s
+#   (400 steps; 121-135);
+# - over ToolLens' library padded to 10³ / 10⁴ / 10⁵ tools: 319 / 1,361 / 2,997 s;
+# - an adaptation of 100 steps: 151 s (ToolLens' k-shot runs, 123-191 s; UltraTool's and
+#   Seal-Tools' ~50 s, the CD ones 17-109 s: the largest library's, so it errs long);
+# - a training's fixed part (data, compilation, the first validation): 34 s (UltraTool's
+#   100-step adaptations took 48 s, its 500-step trainings 104 s), the rest scaling with the
+#   steps;
+# - scoring a setting's test split with a trained HYSET: 27 s (24 s median over 102 cells);
+# - a baseline's fit and scoring: its mean over the run's cells;
 # - a distractor tool's first encoding: the 10⁵ row's 90,000 new texts (those past the 10⁴
 #   library) took 5,012 s (frozen MiniLM, nice 15, tests and profiling beside it for ~15 min,
 #   2026-12-05 10:13-11:33 UTC).
-REF_TRAIN_S = {"toollens": 1280.0, "toolbench": 3150.0, "bfcl": 730.0}
-REF_ADAPT_S = 579.0
-REF_OVERHEAD_S = 124.0
+# From these alone (an empty --out) the full run is estimated at 12.5 h; from its own cells and
+# Seal-Tools' (those --out folders), 11.9 h.
+REF_TRAIN_S = {"toollens": 250.0, "toolbench": 596.0, "bfcl": 154.0, "ultratool": 104.0,
+               "seal_tools": 128.0}
+REF_PADDED_S = {1_000: 319.0, 10_000: 1361.0, 100_000: 2997.0}
+REF_ADAPT_S = 151.0
+REF_OVERHEAD_S = 34.0
 REF_ENCODE_S_PER_TEXT = 5012.0 / 90_000
-REF_SCORE_S = 10.0
-REF_BASELINE_S = {"bm25": 0.8, "dense": 1.7, "fusion": 1.9, "linear-head": 17.2,
-                  "set-classifier": 33.5, "cardinality": 21.5, "mmr": 6.6,
-                  "facility-location": 2.9}
+REF_SCORE_S = 27.0
+REF_BASELINE_S = {"bm25": 0.5, "dense": 0.7, "fusion": 0.6, "linear-head": 13.3,
+                  "mlp-head": 55.3, "set-classifier": 9.5, "cardinality": 5.3, "mmr": 0.8,
+                  "facility-location": 0.2, "deepsets": 5.9, "set-transformer": 58.7}
 
 
 def trainings_of(cell: Cell) -> list[str]:
@@ -703,7 +705,8 @@ def reference_training_s(tag: str, steps: int) -> float:
   if "-adapted" in tag or "-shot" in tag:
     return REF_OVERHEAD_S + (REF_ADAPT_S - REF_OVERHEAD_S) / ADAPT_STEPS * steps
   data = _training_data(tag)
-  total = REF_TRAIN_S.get(data, paper_estimate.REFERENCE_TRAIN_S.get(data, 900.0))
+  total = (REF_PADDED_S[int(tag.split("/")[0].rsplit("-", 1)[1])] if tag.startswith("padded-")
+           else REF_TRAIN_S.get(data, paper_estimate.REFERENCE_TRAIN_S.get(data, 900.0)))
   preset_steps = config_lib.resolve(data_spec(data)[1]).train.num_steps
   return REF_OVERHEAD_S + (total - REF_OVERHEAD_S) / preset_steps * steps
 
@@ -861,6 +864,10 @@ def make_parser() -> argparse.ArgumentParser:
   parser.add_argument("--seeds", nargs="+", type=int, help="default: 0 1 2 (--quick: 0)")
   parser.add_argument("--set", dest="overrides", action="append", default=[],
                       metavar="KEY=VALUE", help="config override for every HYSET training")
+  parser.add_argument("--adapt-set", dest="adapt_sets", action="append", default=[],
+                      metavar="KEY=VALUE",
+                      help="config override for the adaptations only (k-shot, CD+target), "
+                           "after the recipe's own, e.g. train.learning_rate=0.0003")
   parser.add_argument("--adapt-steps", type=int,
                       help=f"k-shot and CD+target adaptation steps (default {ADAPT_STEPS}, "
                            f"--quick {QUICK_ADAPT_STEPS})")
@@ -918,7 +925,8 @@ def check(args: argparse.Namespace) -> None:
                       f"{', '.join(cross_domain.DATASETS)}")
   for preset in {data_spec(d)[1] for d in [*args.datasets, *(p for x in args.pairs
                                                              for p in x.split(":"))]}:
-    config_lib.resolve(preset, args.overrides)  # a bad --set fails before any cell
+    # A bad --set or --adapt-set fails before any cell.
+    config_lib.resolve(preset, [*args.overrides, *args.adapt_sets])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -930,7 +938,8 @@ def run(args: argparse.Namespace) -> int:
   if args.estimate_only:
     plan = build_plan(args.settings, args.datasets, args.pairs, args.methods, args.seeds,
                       args.extra)
-    same = plan == full_plan() and not args.overrides and args.adapt_steps == ADAPT_STEPS
+    same = (plan == full_plan() and not args.overrides and not args.adapt_sets
+            and args.adapt_steps == ADAPT_STEPS)
     print("\n".join(estimate(args.out, None if same else plan, args.overrides,
                              args.adapt_steps)["lines"]))
     return 0
@@ -970,7 +979,8 @@ def build_report(plan: list[Cell], args: Any, ran: dict[str, float], wall_s: flo
   md = [f"Cells under `{args.out}`: settings {', '.join(args.settings)}; data sets "
         f"{', '.join(args.datasets)}{_extra_text(args.extra)}{pairs}; seeds "
         f"{', '.join(map(str, args.seeds))}; overrides {args.overrides or 'none'}; "
-        f"{args.adapt_steps} adaptation steps. R@5 and COMP@5 in percent, mean ± std over "
+        f"{args.adapt_steps} adaptation steps"
+        f"{f' with {args.adapt_sets}' if args.adapt_sets else ''}. R@5 and COMP@5 in percent, mean ± std over "
         "seeds (a single value: one run; in UT, UC, sets and pairs each seed draws its own "
         "split). Significance: HYSET against the best baseline on COMP@5, seed-0 predictions "
         f"(paired bootstrap over queries, {args.resamples} resamples; exact McNemar on "
@@ -994,7 +1004,8 @@ def build_report(plan: list[Cell], args: Any, ran: dict[str, float], wall_s: flo
           "wall_s": round(wall_s, 1), "ran_s": {k: round(v, 1) for k, v in ran.items()},
           "not_run": [c.name for c in left],
           "estimate": est, "settings": {k: getattr(args, k) for k in (
-              "settings", "datasets", "pairs", "methods", "seeds", "overrides", "adapt_steps",
+              "settings", "datasets", "pairs", "methods", "seeds", "overrides", "adapt_sets",
+              "adapt_steps",
               "target_queries", "max_queries", "quick")} | {"out": str(args.out)},
           "markdown": md}
 

@@ -279,3 +279,33 @@ def test_an_unmeasured_padded_training_scales_the_largest_measured_one(tmp_path)
   # The training 10× the measured 1,380 s in place of the reference's.
   assert got - ref == pytest.approx(10 * 1380.0 - t3.reference_training_s(
       "padded-toollens-100000", 1000), abs=0.2)
+
+
+def test_adapt_set_reaches_the_adaptations_only(tmp_path, monkeypatch):
+  from benchmarks import retrieval_quality
+  calls = []
+
+  def run_hyset(preset, variant, overrides, seed, runs, tag):
+    calls.append((overrides, runs))
+    return {"workdir": str(runs / f"{tag}_{variant}_s{seed}")}
+
+  monkeypatch.setattr(retrieval_quality, "run_hyset", run_hyset)
+  parse = lambda *a: t3.with_defaults(t3.make_parser().parse_args(list(a)))
+  args = parse("--adapt-set", "train.learning_rate=0.0003")
+  base, _ = t3.train(tmp_path, args, "ultratool", "beir:b", 0, "UC-ultratool-base")
+  t3.train(tmp_path, args, "ultratool", "beir:k", 0, "UC-ultratool-5-shot",
+           init=base / "best", last=True)
+  (base_sets, base_runs), (adapt_sets, adapt_runs) = calls
+  assert "train.learning_rate=0.0003" not in base_sets
+  assert adapt_sets[-1] == "train.learning_rate=0.0003" and "train.keep=last" in adapt_sets
+  assert f"train.init_model={(base / 'best').resolve()}" in adapt_sets
+  # The base is the preset's, shared with runs without the option; the adaptation has a folder
+  # of its own (a workdir refuses another config).
+  assert base_runs == tmp_path / "train" / "preset" and adapt_runs != base_runs
+  # Only the adapted HYSET cells are made stale by it: the rest of a finished run is reused.
+  plain = parse()
+  for setting, method, stale in (("UC-5", "hyset", True), ("CD+target", "hyset", True),
+                                 ("UC-5", "bm25", False), ("UC-0", "hyset", False),
+                                 ("CD+target", "hyset-in-domain", False)):
+    cell = t3.Cell(setting, "ultratool", method, 0)
+    assert (t3.cell_spec(cell, args) != t3.cell_spec(cell, plain)) == stale, (setting, method)
