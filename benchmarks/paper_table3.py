@@ -24,7 +24,8 @@ Settings (each split is made by the setting's own builder, from the seed):
 - ``UC-0``, ``UC-1``, ``UC-5``, ``UC-10``, ``UC-full``: held-out categories (benchmarks/kshot.py
   builds the split and one data set per setting): 0-shot is the base model; k-shot continues θ
   from it on the base's queries plus k per category over the base's library plus the tools the
-  shots name (kshot's recipe: ``--adapt-steps``, the last step kept, ``train.keep=last``);
+  shots name (kshot's recipe: ``--adapt-steps`` at a tenth of the preset's rate, the last step
+  kept, ``train.keep=last``; ``--adapt-set`` adds overrides to it);
   full supervision trains from the start with every adapt query;
 - ``sets``, ``pairs``: unseen gold sets (unseen_split.py) and unseen tool pairs
   (generalisation_splits ``--kind pairs``): every tool seen, the combination new;
@@ -279,15 +280,25 @@ def _runs(out: pathlib.Path, overrides: list[str]) -> pathlib.Path:
   return out / "train" / ("preset" if not overrides else f"set-{digest}")
 
 
+def adaptation(args: Any, preset: str, init: pathlib.Path, shots: bool) -> list[str]:
+  """An adaptation's overrides from ``init`` (kshot.py's recipe; ``shots``: a k-shot one)
+  followed by --adapt-set."""
+  from benchmarks import kshot
+  from hyset_jax import config as config_lib
+  rate = config_lib.resolve(preset, list(args.overrides)).train.learning_rate if shots else None
+  return [*kshot.adapt_overrides(init, args.adapt_steps, rate), *args.adapt_sets]
+
+
 def train(out: pathlib.Path, args: Any, preset: str, spec: str, seed: int, tag: str,
-          init: pathlib.Path | None = None, last: bool = False) -> tuple[pathlib.Path, dict]:
-  """A HYSET training of ``preset`` on ``spec`` (an adaptation from ``init``, its last step kept
-  when ``last``), resumed or reused when its workdir exists; returns the workdir and what the
-  cell records about it."""
-  from benchmarks import kshot, retrieval_quality
-  adapt = [*kshot.adapt_overrides(init, args.adapt_steps, last), *args.adapt_sets] if init else []
-  # --adapt-set gives the adaptations a folder of their own; the models they start from stay.
-  folder = _runs(out, [*args.overrides, *(args.adapt_sets if init else [])])
+          init: pathlib.Path | None = None, shots: bool = False) -> tuple[pathlib.Path, dict]:
+  """A HYSET training of ``preset`` on ``spec`` (an adaptation from ``init``: a k-shot one when
+  ``shots``), resumed or reused when its workdir exists; returns the workdir and what the cell
+  records about it."""
+  from benchmarks import retrieval_quality
+  adapt = adaptation(args, preset, init, shots) if init else []
+  # An adaptation's folder is named by its recipe too (adapt[1:]: all but its start): a workdir
+  # refuses another config, and the models it starts from stay where they are.
+  folder = _runs(out, [*args.overrides, *adapt[1:]])
   summary = retrieval_quality.run_hyset(preset, "hyset", [*args.overrides, f"data.spec={spec}",
                                                           *adapt], seed, folder, tag)
   record = {"tag": tag, "preset": preset, "kind": "adapt" if init else "full",
@@ -340,7 +351,7 @@ def hyset_model(cell: Cell, out: pathlib.Path, args: Any) -> tuple[pathlib.Path,
     # Validation holds no held-out-category query: the last step is kept, with the post-θ fits
     # chosen on it (kshot.py).
     wd, adapted = train(out, args, preset, s[name]["spec"], seed, f"UC-{data}-{name}",
-                        init=base / "best", last=True)
+                        init=base / "best", shots=True)
     return wd / "best", [rec, adapted]
   if cell.setting in CD_SETTINGS:
     source, target = data.split(":")
@@ -382,12 +393,16 @@ def build_retriever(cell: Cell, sd: SettingData, out: pathlib.Path, args: Any
 
 def cell_spec(cell: Cell, args: Any) -> dict:
   """What a finished cell must have been made with (a --quick result is not a full one's)."""
-  adapted = cell.method == "hyset" and cell.setting in ADAPT_SETTINGS
-  return {"setting": cell.setting, "data": cell.data, "method": cell.method, "seed": cell.seed,
+  spec = {"setting": cell.setting, "data": cell.data, "method": cell.method, "seed": cell.seed,
           "overrides": list(args.overrides), "adapt_steps": args.adapt_steps,
-          "target_queries": args.target_queries, "max_queries": args.max_queries,
-          # Only where it applies, so that other cells (and older results) stay finished.
-          **({"adapt_sets": list(args.adapt_sets)} if adapted and args.adapt_sets else {})}
+          "target_queries": args.target_queries, "max_queries": args.max_queries}
+  if cell.method == "hyset" and cell.setting in ADAPT_SETTINGS:
+    # The adapted model's recipe (but its start), so that a changed one makes the cell stale
+    # and the others stay finished.
+    shots = cell.setting.startswith("UC-")
+    preset = data_spec(cell.data if shots else cell.data.split(":")[0])[1]
+    spec["adaptation"] = adaptation(args, preset, pathlib.Path("."), shots)[1:]
+  return spec
 
 
 def finished(out: pathlib.Path, cell: Cell, args: Any) -> bool:
