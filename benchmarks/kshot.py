@@ -8,8 +8,7 @@
 2. Base: ``hyset train`` on the rest (``DIR/split/train``), then scored on the test queries over
    the whole library (0-shot: the held-out tools get their encoder embedding).
 3. k-shot, k in ``--shots`` (1 5 10): θ continues from the base model (``train.init_model``) for
-   ``--adapt-steps`` steps at a tenth of the preset's peak rate (``SHOT_RATE``: the base's
-   schedule ended near 0) on the base's training queries plus the first k adapt queries of each
+   ``--adapt-steps`` steps on the base's training queries plus the first k adapt queries of each
    held-out category, repeated so that they are ``--shot-share`` of the training queries (a few
    queries among thousands would otherwise hardly be drawn), over the base's library plus the
    tools the shots name (a held-out tool no shot names is carried at its encoder embedding, as
@@ -52,33 +51,14 @@ def _hyset(*args: str) -> None:
   _run("hyset_jax.cli", *args)
 
 
-# A k-shot adaptation's rate, as a share of the preset's peak rate. The base model's schedule
-# ended near 0; restarting at its peak (no warm-up, a fresh Adam) moved θ far enough that the
-# adapted model answered some held-out categories' queries worse than the base did. UltraTool,
-# five dev splits (seeds 3-7, not Table 3's), 5 shots, `hyset train --set
-# train.learning_rate=R` from each split's base, COMP@5 as a share of full supervision's: the
-# peak rate 81.0 %, a third of it after 10 warm-up steps 86.2 %, the peak after 20 warm-up
-# steps 79.5 %, a tenth 88.0 % (4 of 5 splits up, none down), a thirtieth 89.2 % (one split
-# 4.2 points below a tenth's, two above). A tenth is kept: level with a thirtieth within the
-# splits' spread, and θ still moves (a thirtieth moves a weight at most ~0.006 in 100 steps:
-# little more than a refit of the choices after θ with the shots in). 2026-12-06, 2-core AMD
-# EPYC.
-SHOT_RATE = 0.1
-
-
-def adapt_overrides(init: pathlib.Path, steps: int, shots_rate: float | None = None
-                    ) -> list[str]:
+def adapt_overrides(init: pathlib.Path, steps: int, last: bool = False) -> list[str]:
   """The adaptation recipe of every k-shot and cross-domain (+ target) run, as ``hyset train``
-  overrides, its start first: θ from ``init``, ``steps`` steps of the preset's schedule
-  without warm-up. ``shots_rate``: a k-shot adaptation, given the preset's peak rate: it trains
-  at :data:`SHOT_RATE` of it, and its last step is best/ (a validation that holds no query it
-  adapts to cannot choose one)."""
-  sets = [f"train.init_model={pathlib.Path(init).resolve()}", f"train.num_steps={steps}",
+  overrides, its start first: θ from ``init``, ``steps`` steps of the preset's schedule (its
+  peak rate) without warm-up; ``last``: the last step is best/ (a validation that holds no
+  query it adapts to cannot choose one: the k-shot runs)."""
+  return [f"train.init_model={pathlib.Path(init).resolve()}", f"train.num_steps={steps}",
           "train.warmup_steps=0", f"train.eval_every={max(1, steps // 4)}",
-          f"train.checkpoint_every={steps}"]
-  if shots_rate is not None:
-    sets += ["train.keep=last", f"train.learning_rate={SHOT_RATE * shots_rate:g}"]
-  return sets
+          f"train.checkpoint_every={steps}", *(["train.keep=last"] if last else [])]
 
 
 def _write_setting(root: pathlib.Path, library, train, validation, test) -> str:
@@ -190,10 +170,7 @@ def _train(args, name: str, spec: str, workdir: pathlib.Path, init: pathlib.Path
   if (workdir / "final" / "manifest.json").exists():
     return float(record.read_text()) if record.exists() else float("nan")
   steps = args.adapt_steps if init else args.steps
-  if init:
-    from hyset_jax import config as config_lib
-    rate = config_lib.resolve(args.config).train.learning_rate
-  sets = [f"train.seed={args.seed}", *(adapt_overrides(init, steps, rate) if init else
+  sets = [f"train.seed={args.seed}", *(adapt_overrides(init, steps, last=True) if init else
                                        [f"train.num_steps={steps}"] if steps else [])]
   t0 = time.time()
   _hyset("train", "--config", args.config, "--data", spec, "--workdir", str(workdir),

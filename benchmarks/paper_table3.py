@@ -24,8 +24,8 @@ Settings (each split is made by the setting's own builder, from the seed):
 - ``UC-0``, ``UC-1``, ``UC-5``, ``UC-10``, ``UC-full``: held-out categories (benchmarks/kshot.py
   builds the split and one data set per setting): 0-shot is the base model; k-shot continues θ
   from it on the base's queries plus k per category over the base's library plus the tools the
-  shots name (kshot's recipe: ``--adapt-steps`` at a tenth of the preset's rate, the last step
-  kept, ``train.keep=last``; ``--adapt-set`` adds overrides to it);
+  shots name (kshot's recipe: ``--adapt-steps`` at the preset's rate, the last step kept,
+  ``train.keep=last``; ``--adapt-set`` adds overrides to it, e.g. another rate);
   full supervision trains from the start with every adapt query;
 - ``sets``, ``pairs``: unseen gold sets (unseen_split.py) and unseen tool pairs
   (generalisation_splits ``--kind pairs``): every tool seen, the combination new;
@@ -280,22 +280,20 @@ def _runs(out: pathlib.Path, overrides: list[str]) -> pathlib.Path:
   return out / "train" / ("preset" if not overrides else f"set-{digest}")
 
 
-def adaptation(args: Any, preset: str, init: pathlib.Path, shots: bool) -> list[str]:
-  """An adaptation's overrides from ``init`` (kshot.py's recipe; ``shots``: a k-shot one)
-  followed by --adapt-set."""
+def adaptation(args: Any, init: pathlib.Path, last: bool) -> list[str]:
+  """An adaptation's overrides from ``init`` (kshot.py's recipe; ``last``: a k-shot one, its
+  last step kept) followed by --adapt-set."""
   from benchmarks import kshot
-  from hyset_jax import config as config_lib
-  rate = config_lib.resolve(preset, list(args.overrides)).train.learning_rate if shots else None
-  return [*kshot.adapt_overrides(init, args.adapt_steps, rate), *args.adapt_sets]
+  return [*kshot.adapt_overrides(init, args.adapt_steps, last), *args.adapt_sets]
 
 
 def train(out: pathlib.Path, args: Any, preset: str, spec: str, seed: int, tag: str,
-          init: pathlib.Path | None = None, shots: bool = False) -> tuple[pathlib.Path, dict]:
-  """A HYSET training of ``preset`` on ``spec`` (an adaptation from ``init``: a k-shot one when
-  ``shots``), resumed or reused when its workdir exists; returns the workdir and what the cell
-  records about it."""
+          init: pathlib.Path | None = None, last: bool = False) -> tuple[pathlib.Path, dict]:
+  """A HYSET training of ``preset`` on ``spec`` (an adaptation from ``init``, its last step kept
+  when ``last``), resumed or reused when its workdir exists; returns the workdir and what the
+  cell records about it."""
   from benchmarks import retrieval_quality
-  adapt = adaptation(args, preset, init, shots) if init else []
+  adapt = adaptation(args, init, last) if init else []
   # An adaptation's folder is named by its recipe too (adapt[1:]: all but its start): a workdir
   # refuses another config, and the models it starts from stay where they are.
   folder = _runs(out, [*args.overrides, *adapt[1:]])
@@ -351,7 +349,7 @@ def hyset_model(cell: Cell, out: pathlib.Path, args: Any) -> tuple[pathlib.Path,
     # Validation holds no held-out-category query: the last step is kept, with the post-θ fits
     # chosen on it (kshot.py).
     wd, adapted = train(out, args, preset, s[name]["spec"], seed, f"UC-{data}-{name}",
-                        init=base / "best", shots=True)
+                        init=base / "best", last=True)
     return wd / "best", [rec, adapted]
   if cell.setting in CD_SETTINGS:
     source, target = data.split(":")
@@ -399,9 +397,7 @@ def cell_spec(cell: Cell, args: Any) -> dict:
   if cell.method == "hyset" and cell.setting in ADAPT_SETTINGS:
     # The adapted model's recipe (but its start), so that a changed one makes the cell stale
     # and the others stay finished.
-    shots = cell.setting.startswith("UC-")
-    preset = data_spec(cell.data if shots else cell.data.split(":")[0])[1]
-    spec["adaptation"] = adaptation(args, preset, pathlib.Path("."), shots)[1:]
+    spec["adaptation"] = adaptation(args, pathlib.Path("."), cell.setting.startswith("UC-"))[1:]
   return spec
 
 
