@@ -51,14 +51,19 @@ def _hyset(*args: str) -> None:
   _run("hyset_jax.cli", *args)
 
 
-def adapt_overrides(init: pathlib.Path, steps: int, last: bool = False) -> list[str]:
+def adapt_recipe(steps: int, last: bool = False) -> list[str]:
   """The adaptation recipe of every k-shot and cross-domain (+ target) run, as ``hyset train``
-  overrides, its start first: θ from ``init``, ``steps`` steps of the preset's schedule (its
-  peak rate) without warm-up; ``last``: the last step is best/ (a validation that holds no
-  query it adapts to cannot choose one: the k-shot runs)."""
-  return [f"train.init_model={pathlib.Path(init).resolve()}", f"train.num_steps={steps}",
-          "train.warmup_steps=0", f"train.eval_every={max(1, steps // 4)}",
-          f"train.checkpoint_every={steps}", *(["train.keep=last"] if last else [])]
+  overrides, less its start: ``steps`` steps of the preset's schedule (its peak rate) without
+  warm-up; ``last``: the last step is best/ (a validation that holds no query it adapts to
+  cannot choose one: the k-shot runs)."""
+  return [f"train.num_steps={steps}", "train.warmup_steps=0",
+          f"train.eval_every={max(1, steps // 4)}", f"train.checkpoint_every={steps}",
+          *(["train.keep=last"] if last else [])]
+
+
+def adapt_overrides(init: pathlib.Path, steps: int, last: bool = False) -> list[str]:
+  """:func:`adapt_recipe` from θ of the model ``init``."""
+  return [f"train.init_model={pathlib.Path(init).resolve()}", *adapt_recipe(steps, last)]
 
 
 def _write_setting(root: pathlib.Path, library, train, validation, test) -> str:

@@ -280,11 +280,11 @@ def _runs(out: pathlib.Path, overrides: list[str]) -> pathlib.Path:
   return out / "train" / ("preset" if not overrides else f"set-{digest}")
 
 
-def adaptation(args: Any, init: pathlib.Path, last: bool) -> list[str]:
-  """An adaptation's overrides from ``init`` (kshot.py's recipe; ``last``: a k-shot one, its
-  last step kept) followed by --adapt-set."""
+def adaptation(args: Any, last: bool) -> list[str]:
+  """An adaptation's recipe, less its start: kshot.py's (``last``: a k-shot one, its last step
+  kept) followed by --adapt-set."""
   from benchmarks import kshot
-  return [*kshot.adapt_overrides(init, args.adapt_steps, last), *args.adapt_sets]
+  return [*kshot.adapt_recipe(args.adapt_steps, last), *args.adapt_sets]
 
 
 def train(out: pathlib.Path, args: Any, preset: str, spec: str, seed: int, tag: str,
@@ -293,12 +293,13 @@ def train(out: pathlib.Path, args: Any, preset: str, spec: str, seed: int, tag: 
   when ``last``), resumed or reused when its workdir exists; returns the workdir and what the
   cell records about it."""
   from benchmarks import retrieval_quality
-  adapt = adaptation(args, init, last) if init else []
-  # An adaptation's folder is named by its recipe too (adapt[1:]: all but its start): a workdir
-  # refuses another config, and the models it starts from stay where they are.
-  folder = _runs(out, [*args.overrides, *adapt[1:]])
+  recipe = adaptation(args, last) if init else []
+  start = [f"train.init_model={init.resolve()}"] if init else []
+  # An adaptation's folder is named by its recipe too: a workdir refuses another config, and
+  # the models it starts from stay where they are.
+  folder = _runs(out, [*args.overrides, *recipe])
   summary = retrieval_quality.run_hyset(preset, "hyset", [*args.overrides, f"data.spec={spec}",
-                                                          *adapt], seed, folder, tag)
+                                                          *start, *recipe], seed, folder, tag)
   record = {"tag": tag, "preset": preset, "kind": "adapt" if init else "full",
             "steps": summary.get("steps"), "wall_s": summary.get("wall_s"),
             "workdir": summary["workdir"]}
@@ -397,7 +398,7 @@ def cell_spec(cell: Cell, args: Any) -> dict:
   if cell.method == "hyset" and cell.setting in ADAPT_SETTINGS:
     # The adapted model's recipe (but its start), so that a changed one makes the cell stale
     # and the others stay finished.
-    spec["adaptation"] = adaptation(args, pathlib.Path("."), cell.setting.startswith("UC-"))[1:]
+    spec["adaptation"] = adaptation(args, last=cell.setting.startswith("UC-"))
   return spec
 
 
@@ -711,13 +712,12 @@ def measured_training_s(record: dict, steps: int) -> float:
 def reference_training_s(tag: str, steps: int) -> float:
   """A training's seconds at ``steps`` from the REF_* measurements: the fixed part plus the
   steps at the rate the reference run had."""
-  from benchmarks import paper_estimate
   from hyset_jax import config as config_lib
   if "-adapted" in tag or "-shot" in tag:
     return REF_OVERHEAD_S + (REF_ADAPT_S - REF_OVERHEAD_S) / ADAPT_STEPS * steps
   data = _training_data(tag)
   total = (REF_PADDED_S[int(tag.split("/")[0].rsplit("-", 1)[1])] if tag.startswith("padded-")
-           else REF_TRAIN_S.get(data, paper_estimate.REFERENCE_TRAIN_S.get(data, 900.0)))
+           else REF_TRAIN_S[data])
   preset_steps = config_lib.resolve(data_spec(data)[1]).train.num_steps
   return REF_OVERHEAD_S + (total - REF_OVERHEAD_S) / preset_steps * steps
 
@@ -779,7 +779,6 @@ def estimate(out: pathlib.Path, plan: list[Cell] | None = None, overrides: list[
   (measured under ``out`` for that training, rescaled to the steps, else the reference), plus
   for a distractor library the encoding of its added tools (the measured seconds per added tool
   under ``out``, else the reference), paid once per size."""
-  from benchmarks import paper_estimate
   full = plan or full_plan()
   trained, scored = _measured(out)
   mean = lambda xs: float(np.mean(xs))
@@ -794,7 +793,7 @@ def estimate(out: pathlib.Path, plan: list[Cell] | None = None, overrides: list[
     elif cell.method.startswith("hyset"):
       s += REF_SCORE_S
     else:
-      s += REF_BASELINE_S.get(cell.method, paper_estimate.REFERENCE_FIT_S.get(cell.method, 60))
+      s += REF_BASELINE_S[cell.method]
     sources["measured" if got else "reference"] += 1
     for tag in trainings_of(cell):
       if tag in done:
@@ -991,9 +990,10 @@ def build_report(plan: list[Cell], args: Any, ran: dict[str, float], wall_s: flo
         f"{', '.join(args.datasets)}{_extra_text(args.extra)}{pairs}; seeds "
         f"{', '.join(map(str, args.seeds))}; overrides {args.overrides or 'none'}; "
         f"{args.adapt_steps} adaptation steps"
-        f"{f' with {args.adapt_sets}' if args.adapt_sets else ''}. R@5 and COMP@5 in percent, mean ± std over "
-        "seeds (a single value: one run; in UT, UC, sets and pairs each seed draws its own "
-        "split). Significance: HYSET against the best baseline on COMP@5, seed-0 predictions "
+        f"{f' with {args.adapt_sets}' if args.adapt_sets else ''}. R@5 and COMP@5 in percent, "
+        "mean ± std over seeds (a single value: one run; in UT, UC, sets and pairs each seed "
+        "draws its own split). Significance: HYSET against the best baseline on COMP@5, seed-0 "
+        "predictions "
         f"(paired bootstrap over queries, {args.resamples} resamples; exact McNemar on "
         "COMP@5). \"paper\": the figure its text (§3.4-3.5) states; \"—\": none given. "
         "\"setting wall\": the seconds its cells took (each model's training is counted in "
@@ -1016,8 +1016,7 @@ def build_report(plan: list[Cell], args: Any, ran: dict[str, float], wall_s: flo
           "not_run": [c.name for c in left],
           "estimate": est, "settings": {k: getattr(args, k) for k in (
               "settings", "datasets", "pairs", "methods", "seeds", "overrides", "adapt_sets",
-              "adapt_steps",
-              "target_queries", "max_queries", "quick")} | {"out": str(args.out)},
+              "adapt_steps", "target_queries", "max_queries", "quick")} | {"out": str(args.out)},
           "markdown": md}
 
 

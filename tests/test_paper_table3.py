@@ -314,3 +314,11 @@ def test_adapt_set_reaches_the_adaptations_only(tmp_path, monkeypatch):
                                  ("CD+target", "hyset-in-domain", False)):
     cell = t3.Cell(setting, "ultratool", method, 0)
     assert (t3.cell_spec(cell, args) != t3.cell_spec(cell, plain)) == stale, (setting, method)
+
+
+def test_the_references_cover_every_baseline_and_data_set():
+  # The estimate reads them directly: a baseline or data set added without one fails here.
+  from benchmarks import cross_domain, paper_cells
+  assert set(t3.REF_BASELINE_S) == set(paper_cells.BASELINES)
+  assert set(t3.REF_TRAIN_S) == set(cross_domain.DATASETS)
+  assert set(t3.REF_PADDED_S) == set(t3.DIST_SIZES)
