@@ -63,7 +63,7 @@ import json
 import pathlib
 import sys
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -460,47 +460,86 @@ def tables(plan: list[Cell], out: pathlib.Path, args: Any) -> list[dict]:
                                                            for c in cells), 1),
                paper=_paper(setting, data))
     if setting.startswith("UC-"):
-      spec = uc_settings(out, data, first)[_uc_name(setting)]["spec"]
-      named = labelled(spec, tuple(queries))
-      doc["labels"] = labels(rows, named)
-      comp5[setting, data] = (named, {k: r["first"]["comp@5"] for k, r in rows.items()})
+      comp5[setting, data] = pooled = uc_pooled(cells, out, setting, data, args.max_queries)
+      doc["labels"] = {kind: labels(pooled.comp5, mask) | {"seeds": list(pooled.seeds)}
+                       for kind, mask in pooled.masks.items()}
     docs.append(doc)
   for doc in docs:
     doc["derived"] = derived(doc, docs)
-    if doc["setting"] != "UC-full" and ("UC-full", doc["data"]) in comp5 and "labels" in doc:
-      doc["labels"]["ceiling"] = ceiling(*comp5[doc["setting"], doc["data"]],
-                                         comp5["UC-full", doc["data"]][1].get("hyset"))
+    full = comp5.get(("UC-full", doc["data"]))
+    if doc["setting"] != "UC-full" and "labels" in doc and full is not None:
+      pooled = comp5[doc["setting"], doc["data"]]
+      # The same seeds, so the same test queries in the same order (each seed's split).
+      same = full.seeds == pooled.seeds
+      for kind, lab in doc["labels"].items():
+        lab["ceiling"] = (ceiling(pooled.masks[kind], pooled.comp5, full.comp5.get("hyset"))
+                          if same else None)
   return docs
 
 
 # --- where the labels reach (UC) -------------------------------------------------------------
 
-def labelled(spec: str, queries: tuple) -> np.ndarray:
-  """bool[Q]: whether a training query of ``spec`` names every gold tool of each query — what
-  the held-out categories' shots label (UC-0: none of their tools; UC-full: all)."""
+LABEL_KINDS = {"tools": "every gold tool named by some training query",
+               "sets": "the gold set itself some training query's"}
+
+
+def labelled(spec: str, queries: tuple) -> dict[str, np.ndarray]:
+  """bool[Q] per kind of :data:`LABEL_KINDS`: whether the training queries of ``spec`` name
+  every gold tool of each query (``tools``: what the held-out categories' shots label; UC-0 none
+  of their tools, UC-full all) and whether one of them has its gold set (``sets``: what the
+  seen-set prior and θ's pair terms were shown; a shot names its tools and only its own set)."""
   train, _ = fit_data(spec)
   named = {t for q in train for t in q.gold}
-  return np.array([set(q.gold) <= named for q in queries], bool)
+  seen = {frozenset(q.gold) for q in train}
+  return {"tools": np.array([set(q.gold) <= named for q in queries], bool),
+          "sets": np.array([frozenset(q.gold) in seen for q in queries], bool)}
 
 
-def labels(rows: dict[str, dict], named: np.ndarray) -> dict:
-  """The share of test queries whose gold tools the training labels, and each row's COMP@5 on
-  those and on the rest (the first seed's predictions)."""
+class Pooled(NamedTuple):
+  """A UC setting's test queries of every seed, pooled (seeds ascending, each its own split):
+  ``masks`` {kind of :data:`LABEL_KINDS`: bool[Q]}, ``comp5`` {row: f32[Q] per-query COMP@5}
+  (a row without a cell at every seed is left out)."""
+  seeds: tuple[int, ...]
+  masks: dict[str, np.ndarray]
+  comp5: dict[str, np.ndarray]
+
+
+def uc_pooled(cells: list[Cell], out: pathlib.Path, setting: str, data: str, max_queries: int
+              ) -> Pooled:
+  """:class:`Pooled` of a UC setting's finished ``cells`` (one data set)."""
+  from benchmarks import paper_report
+  seeds = tuple(sorted({c.seed for c in cells}))
+  masks, comp = {k: [] for k in LABEL_KINDS}, {}
+  for seed in seeds:
+    queries = list(prepare(out, setting, data, seed, max_queries).test)
+    spec = uc_settings(out, data, seed)[_uc_name(setting)]["spec"]
+    for kind, mask in labelled(spec, tuple(queries)).items():
+      masks[kind].append(mask)
+    for cell in (c for c in cells if c.seed == seed):
+      comp.setdefault(cell.method, []).append(
+          paper_report._per_query(out, cell, "test", queries)["comp@5"])
+  return Pooled(seeds, {k: np.concatenate(v) for k, v in masks.items()},
+                {k: np.concatenate(v) for k, v in comp.items() if len(v) == len(seeds)})
+
+
+def labels(comp5: dict[str, np.ndarray], named: np.ndarray) -> dict:
+  """The share of test queries ``named`` marks, and each row's COMP@5 (``comp5``: per query)
+  on those and on the rest."""
   part = lambda a, m: float(a[m].mean()) if m.any() else None
   return {"labelled": float(named.mean()), "queries": int(named.size),
-          "rows": {k: {"labelled": part(r["first"]["comp@5"], named),
-                       "unlabelled": part(r["first"]["comp@5"], ~named)}
-                   for k, r in rows.items()}}
+          "rows": {k: {"labelled": part(a, named), "unlabelled": part(a, ~named)}
+                   for k, a in comp5.items()}}
 
 
 def ceiling(named: np.ndarray, comp5: dict[str, np.ndarray], full: np.ndarray | None
             ) -> dict | None:
   """What a k-shot model would recover of full supervision (HYSET's UC-full COMP@5) if it
-  answered the queries whose tools the shots label as well as the fully supervised model
-  does, and the others as well as the best row here does: {"share", "best_unlabelled"}.
+  answered the queries ``named`` marks (the shots label their tools, or have their set) as well
+  as the fully supervised model does, and the others as well as the best row here does:
+  {"share", "best_unlabelled"}.
 
-  Not a bound (a better zero-shot method would lift the second part), but the shots cannot
-  teach a tool they never name."""
+  Not a bound (a better method would lift the second part), but the shots cannot teach a tool
+  they never name, nor show a combination none of them has."""
   if full is None or not full.mean():
     return None
   rest = {k: float(a[~named].mean()) for k, a in comp5.items() if (~named).any()}
@@ -510,27 +549,34 @@ def ceiling(named: np.ndarray, comp5: dict[str, np.ndarray], full: np.ndarray | 
 
 
 def labels_markdown(docs: list[dict]) -> list[str]:
-  """The UC settings' labelled/unlabelled split of COMP@5 (first seed), with the ceiling."""
+  """The UC settings' COMP@5 split by what training labels (every seed pooled), per kind of
+  :data:`LABEL_KINDS`, with the ceilings."""
   uc = [d for d in docs if "labels" in d]
   if not uc:
     return []
   lines = ["## Held-out categories: what the labels reach", "",
-           "Test queries whose every gold tool some training query names (the shots name only "
-           "their own tools) against the rest; COMP@5 in percent, first seed. \"ceiling\": "
-           "the share of UC-full's HYSET COMP@5 a model would recover answering the first "
-           "group as the fully supervised model does and the rest as the best row here does.",
-           "", "| setting | data | labelled queries | method | COMP@5, labelled | COMP@5, rest "
-           "| ceiling |", "|---|---|---:|---|---:|---:|---|"]
+           "Test queries whose every gold tool some training query names (\"tools\"; the shots "
+           "name only their own tools) and those whose gold set some training query has "
+           "(\"sets\"), each against the rest; COMP@5 in percent over every seed's test queries "
+           "(each seed its own split). \"ceiling\": the "
+           "share of UC-full's HYSET COMP@5 a model would recover answering the first group as "
+           "the fully supervised model does and the rest as the best row here does.", "",
+           "| setting | data | labelled by | queries | method | COMP@5, labelled | COMP@5, rest "
+           "| ceiling |", "|---|---|---|---:|---|---:|---:|---|"]
   pct = lambda v: "–" if v is None else f"{100 * v:.2f}"
   for doc in uc:
-    lab, top = doc["labels"], doc["labels"].get("ceiling")
-    for i, (key, row) in enumerate(lab["rows"].items()):
-      cap = ("–" if i or not top else
-             f"{100 * top['share']:.1f}% (rest as {doc['rows'][top['best_unlabelled']]['label']})")
-      lines.append(f"| {doc['setting'] if i == 0 else ''} | {doc['data'] if i == 0 else ''} | "
-                   + (f"{100 * lab['labelled']:.1f}% of {lab['queries']:,}" if i == 0 else "")
-                   + f" | {doc['rows'][key]['label']} | {pct(row['labelled'])} | "
-                   f"{pct(row['unlabelled'])} | {cap} |")
+    for j, (kind, lab) in enumerate(doc["labels"].items()):
+      top = lab.get("ceiling")
+      for i, (key, row) in enumerate(lab["rows"].items()):
+        cap = ("–" if i or not top else
+               f"{100 * top['share']:.1f}% (rest as "
+               f"{doc['rows'][top['best_unlabelled']]['label']})")
+        first = i == 0 and j == 0
+        lines.append(f"| {doc['setting'] if first else ''} | {doc['data'] if first else ''} | "
+                     f"{kind if i == 0 else ''} | "
+                     + (f"{100 * lab['labelled']:.1f}% of {lab['queries']:,}" if i == 0 else "")
+                     + f" | {doc['rows'][key]['label']} | {pct(row['labelled'])} | "
+                     f"{pct(row['unlabelled'])} | {cap} |")
   return lines + [""]
 
 

@@ -168,7 +168,7 @@ def test_table3_models_resume_and_derived_figures(stand_in, capsys):
   # two parts of COMP@5 add up to the row's, and the ceiling is against UC-full's HYSET.
   # (The first 60 test queries' tools are all held out; the shots name none of them:
   # test_labels below has both kinds.)
-  lab = {s: by[(s, "toollens")]["labels"] for s in ("UC-0", "UC-5", "UC-full")}
+  lab = {s: by[(s, "toollens")]["labels"]["tools"] for s in ("UC-0", "UC-5", "UC-full")}
   assert lab["UC-0"]["labelled"] == 0 and lab["UC-full"]["labelled"] == 1
   assert lab["UC-5"]["rows"]["hyset"]["unlabelled"] == pytest.approx(comp("UC-5"))
   assert lab["UC-0"]["rows"]["bm25"]["labelled"] is None
@@ -176,6 +176,11 @@ def test_table3_models_resume_and_derived_figures(stand_in, capsys):
   assert top["share"] == pytest.approx(max(lab["UC-0"]["rows"][k]["unlabelled"]
                                            for k in ("hyset", "bm25")) / comp("UC-full"))
   assert "ceiling" not in lab["UC-full"] and 0 < lab["UC-5"]["ceiling"]["share"]
+  # A set no shot has is new to the k-shot model too: never more seen sets than named tools.
+  sets = {s: by[(s, "toollens")]["labels"]["sets"] for s in ("UC-0", "UC-5", "UC-full")}
+  assert sets["UC-0"]["labelled"] == 0 and sets["UC-5"]["labelled"] <= lab["UC-5"]["labelled"]
+  assert "ceiling" in sets["UC-5"] and "ceiling" not in sets["UC-full"]
+  assert sets["UC-5"]["seeds"] == [0] and sets["UC-5"]["queries"] == lab["UC-5"]["queries"]
   md = (tmp / "res" / "t.md").read_text()
   assert "## Held-out categories: what the labels reach" in md
   assert "; CD pairs toollens:toolbench; seeds" in md
@@ -220,10 +225,15 @@ def test_labels_split_comp_at_5_by_what_training_names(tmp_path):
   test = (Query("c", "u", ("t1", "t3")), Query("d", "v", ("t1", "t9")), Query("e", "w", ("t2",)))
   with pytest.MonkeyPatch.context() as mp:
     mp.setattr(t3, "fit_data", lambda spec: (tuple(train), ()))
-    named = t3.labelled("beir:x", test)
+    masks = t3.labelled("beir:x", test)
+  named = masks["tools"]
   assert named.tolist() == [True, False, True]
-  rows = {"hyset": {"first": {"comp@5": np.array([1.0, 0.0, 0.0])}},
-          "bm25": {"first": {"comp@5": np.array([0.0, 1.0, 1.0])}}}
+  # Only query 2's set ({t2}) is one training has; query 0's tools are named, its set is new.
+  assert masks["sets"].tolist() == [False, False, False] and set(masks) == set(t3.LABEL_KINDS)
+  with pytest.MonkeyPatch.context() as mp:
+    mp.setattr(t3, "fit_data", lambda spec: (tuple(train) + (Query("f", "z", ("t2",)),), ()))
+    assert t3.labelled("beir:x", test)["sets"].tolist() == [False, False, True]
+  rows = {"hyset": np.array([1.0, 0.0, 0.0]), "bm25": np.array([0.0, 1.0, 1.0])}
   got = t3.labels(rows, named)
   assert got["labelled"] == pytest.approx(2 / 3) and got["queries"] == 3
   assert got["rows"]["hyset"] == {"labelled": 0.5, "unlabelled": 0.0}
@@ -231,7 +241,7 @@ def test_labels_split_comp_at_5_by_what_training_names(tmp_path):
   # Full supervision answers queries 0 and 2 (its labelled ones: 2) and not 1; BM25 answers
   # the unlabelled one: (2 + 1) / 2.
   full = np.array([1.0, 0.0, 1.0])
-  top = t3.ceiling(named, {k: r["first"]["comp@5"] for k, r in rows.items()}, full)
+  top = t3.ceiling(named, rows, full)
   assert top == {"share": 1.5, "best_unlabelled": "bm25"}
   assert t3.ceiling(named, {}, np.zeros(3)) is None
 
