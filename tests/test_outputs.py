@@ -311,6 +311,27 @@ def test_reference_refuses_bad_queries_and_writes_no_nan(tmp_path, capsys):
   assert reference.main(args + ["--query-embeddings", str(tmp_path / "q.npy"), "--force"]) == 0
 
 
+@pytest.mark.parametrize("write, needle", [
+    (lambda f: np.savez(f, q=np.ones((2, D), np.float32)), "an .npz archive, not an .npy"),
+    (lambda f: np.save(f, np.ones((2, D), np.int32)), "expected a float array"),
+    (lambda f: np.save(f, np.zeros((0, D), np.float32)), "no query embeddings (0 rows)"),
+    (lambda f: f.write(b"not numpy"), "not a readable .npy array"),
+])
+def test_predict_and_the_reference_refuse_the_same_query_files(tmp_path, capsys, write, needle):
+  write_model_dir(tmp_path / "model", manifest={"query_encoder": None})
+  with open(tmp_path / "q.npy", "wb") as f:
+    write(f)
+  q = ["--query-embeddings", str(tmp_path / "q.npy")]
+  assert reference.main(["--model", str(tmp_path / "model"), *q,
+                         "--out", str(tmp_path / "r.jsonl")]) == 2
+  ref_err = capsys.readouterr().err
+  assert cli.main(["predict", "--model", str(tmp_path / "model"), *q,
+                   "--out", str(tmp_path / "p.jsonl")]) == 2
+  err = capsys.readouterr().err
+  assert needle in ref_err and needle in err and str(tmp_path / "q.npy") in err, (ref_err, err)
+  assert not (tmp_path / "r.jsonl").exists() and not (tmp_path / "p.jsonl").exists()
+
+
 def test_reference_matches_predict_with_tower_and_conditioned_term(tmp_path, capsys):
   """hyset/2's query tower and query-conditioned set term, in NumPy, equal hyset predict."""
   from hyset_jax.model.scoring import HysetParams, QueryInteraction, QueryTower

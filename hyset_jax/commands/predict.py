@@ -102,29 +102,14 @@ def allowed_tools(tool_ids, allow: str | None, deny: str | None) -> np.ndarray |
 
 
 def load_query_embeddings(path: str | pathlib.Path, dim: int) -> np.ndarray:
-  """A float [Q, dim] .npy of finite values, as float32; UserError naming the fault otherwise."""
-  path = pathlib.Path(path)
-  if not path.is_file():
-    raise UserError(f"query embeddings file {path} does not exist")
+  """A float [Q, dim] .npy of finite values, as float32; UserError naming the fault otherwise
+  (the NumPy reference's reader, so that both refuse the same files)."""
+  from hyset_jax.io import reference
+  from hyset_jax.io.model_format import ModelError
   try:
-    x = np.load(path, allow_pickle=False)
-  except (ValueError, OSError, EOFError) as e:
-    raise UserError(f"{path}: not a readable .npy array ({e})") from None
-  if not isinstance(x, np.ndarray):  # np.load gives an archive for a .npz: close it, refuse
-    x.close()
-    raise UserError(f"{path}: an .npz archive, not an .npy array; expected a float array "
-                    f"[Q, {dim}] saved with np.save")
-  if x.ndim != 2 or not np.issubdtype(x.dtype, np.floating):
-    raise UserError(f"{path}: expected a float array [Q, {dim}], got {x.dtype} {x.shape}")
-  if x.shape[1] != dim:
-    raise UserError(f"{path}: query embeddings have dimension {x.shape[1]}, the model's "
-                    f"projection expects d_r = {dim}")
-  if x.shape[0] == 0:
-    raise UserError(f"{path}: no query embeddings (0 rows)")
-  bad = np.flatnonzero(~np.all(np.isfinite(x), axis=1))
-  if bad.size:
-    raise UserError(f"{path}: row {int(bad[0])} contains NaN or inf ({bad.size} bad rows)")
-  return x.astype(np.float32)
+    return reference.load_queries(path, dim)
+  except ModelError as e:
+    raise UserError(str(e)) from None
 
 
 def encode_queries(path: str, encoder_name: str, dim: int

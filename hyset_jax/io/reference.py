@@ -107,7 +107,8 @@ def query_tower(model: Model, queries: np.ndarray) -> np.ndarray:
 
 
 def load_queries(path: str | pathlib.Path, dim: int) -> np.ndarray:
-  """A float [Q, dim] .npy of finite values, as float32 (the checks of ``hyset predict``)."""
+  """A float [Q, dim] .npy of finite values, as float32 (``hyset predict`` reads its
+  ``--query-embeddings`` with this too: one rule for both)."""
   path = pathlib.Path(path)
   if not path.is_file():
     raise ModelError(f"query embeddings file {path} does not exist")
@@ -115,9 +116,12 @@ def load_queries(path: str | pathlib.Path, dim: int) -> np.ndarray:
     x = np.load(path, allow_pickle=False)
   except (ValueError, OSError, EOFError) as e:
     raise ModelError(f"{path}: not a readable .npy array ({e})") from None
-  if not isinstance(x, np.ndarray) or x.ndim != 2 or not np.issubdtype(x.dtype, np.floating):
-    raise ModelError(f"{path}: expected a float array [Q, {dim}], got "
-                     f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
+  if not isinstance(x, np.ndarray):  # np.load gives an archive for a .npz: close it, refuse
+    x.close()
+    raise ModelError(f"{path}: an .npz archive, not an .npy array; expected a float array "
+                     f"[Q, {dim}] saved with np.save")
+  if x.ndim != 2 or not np.issubdtype(x.dtype, np.floating):
+    raise ModelError(f"{path}: expected a float array [Q, {dim}], got {x.dtype} {x.shape}")
   if x.shape[1] != dim:
     raise ModelError(f"{path}: query embeddings have dimension {x.shape[1]}, the model's "
                      f"projection expects d_r = {dim}")
