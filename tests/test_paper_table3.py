@@ -149,6 +149,9 @@ def test_table3_models_resume_and_derived_figures(stand_in, capsys):
   comp = lambda s, d="toollens", r="hyset": by[(s, d)]["rows"][r]["metrics"]["comp@5"]["mean"]
   assert by[("UC-5", "toollens")]["derived"]["hyset"]["value"] == pytest.approx(
       comp("UC-5") / comp("UC-full"))
+  # One seed: the share over the pooled queries is the share of the means.
+  uc5 = by[("UC-5", "toollens")]["derived"]["hyset"]
+  assert uc5["pooled"] == pytest.approx(uc5["value"]) and "pooled per query" in uc5["text"]
   cd = ("CD", "toollens:toolbench")
   assert by[cd]["derived"]["hyset"]["value"] == pytest.approx(
       comp(*cd) / comp(*cd, "hyset-in-domain"))
@@ -244,6 +247,29 @@ def test_labels_split_comp_at_5_by_what_training_names(tmp_path):
   top = t3.ceiling(named, rows, full)
   assert top == {"share": 1.5, "best_unlabelled": "bm25"}
   assert t3.ceiling(named, {}, np.zeros(3)) is None
+
+
+def test_uc_pooled_concatenates_every_seed_in_order(monkeypatch):
+  """Each seed its own split: its queries, masks and per-query COMP@5 follow one another in
+  seed order; a row without a cell at every seed is left out."""
+  import types
+  from benchmarks import paper_report
+  from hyset_jax.data.types import Query
+  tests = {0: [Query("a", "x", ("t1",)), Query("b", "y", ("t2",))], 1: [Query("c", "z", ("t3",))]}
+  monkeypatch.setattr(t3, "prepare", lambda out, s, d, seed, m: types.SimpleNamespace(
+      test=tests[seed]))
+  monkeypatch.setattr(t3, "uc_settings", lambda out, d, seed: {"5-shot": {"spec": f"s{seed}"}})
+  monkeypatch.setattr(t3, "labelled", lambda spec, qs: {
+      "tools": np.array([q.id != "b" for q in qs]), "sets": np.array([q.id == "c" for q in qs])})
+  score = {"a": 1.0, "b": 0.0, "c": 1.0}
+  monkeypatch.setattr(paper_report, "_per_query", lambda out, cell, split, qs: {
+      "comp@5": np.array([score[q.id] * (cell.method == "hyset") for q in qs])})
+  cells = [t3.Cell("UC-5", "ultratool", m, s) for m in ("hyset", "bm25") for s in (1, 0)][:-1]
+  got = t3.uc_pooled(cells, pathlib.Path("x"), "UC-5", "ultratool", 0)
+  assert got.seeds == (0, 1)
+  assert got.masks["tools"].tolist() == [True, False, True]
+  assert got.masks["sets"].tolist() == [False, False, True]
+  assert list(got.comp5) == ["hyset"] and got.comp5["hyset"].tolist() == [1.0, 0.0, 1.0]
 
 
 def test_bad_pair_is_a_user_error(stand_in, capsys):
