@@ -47,10 +47,13 @@ The table: R@5 and COMP@5 (mean ± std over seeds; in the split settings the spl
 the seed too), the ratio the paper states (recovers / retains X%, +Y% over the best baseline,
 Δ under distractors), HYSET against the best baseline on the seed-0 predictions (paired
 bootstrap, exact McNemar: benchmarks/paper_report.py), the paper's figure (its text gives only
-the ratios quoted; "—" where it gives none), and each setting's wall time. For the UC
-settings a second table splits COMP@5 between the test queries whose every gold tool some
-training query names and the rest, with the share of full supervision that a model answering
-the first as UC-full does and the rest as the best row does would recover. Written to
+the ratios quoted; "—" where it gives none), and each setting's wall time; a UC setting's
+share of full supervision also over every seed's test queries pooled (the mean over seeds
+weighs a small split like a large one). For the UC settings a second table splits COMP@5
+(every seed pooled) between the test queries whose every gold tool some training query names
+and the rest, and between those whose gold set some training query has and the rest, each with
+the share of full supervision that a model answering the first group as UC-full does and the
+rest as the best row does would recover. Written to
 ``--results``/``<tag>.{md,json,png}``; the full run's duration is estimated from the cells.
 """
 from __future__ import annotations
@@ -482,8 +485,7 @@ def tables(plan: list[Cell], out: pathlib.Path, args: Any) -> list[dict]:
 
 # --- where the labels reach (UC) -------------------------------------------------------------
 
-LABEL_KINDS = {"tools": "every gold tool named by some training query",
-               "sets": "the gold set itself some training query's"}
+LABEL_KINDS = ("tools", "sets")  # what a training query labels of a test query (labelled())
 
 
 def labelled(spec: str, queries: tuple) -> dict[str, np.ndarray]:
