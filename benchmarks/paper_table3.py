@@ -283,11 +283,13 @@ def _runs(out: pathlib.Path, overrides: list[str]) -> pathlib.Path:
   return out / "train" / ("preset" if not overrides else f"set-{digest}")
 
 
-def adaptation(args: Any, last: bool) -> list[str]:
-  """An adaptation's recipe, less its start: kshot.py's (``last``: a k-shot one, its last step
-  kept) followed by --adapt-set."""
+def adaptation(args: Any, last: bool, init: pathlib.Path | None = None) -> list[str]:
+  """An adaptation's overrides: kshot.py's (``last``: a k-shot one, its last step kept), from θ
+  of ``init`` (None: the recipe less its start), followed by --adapt-set."""
   from benchmarks import kshot
-  return [*kshot.adapt_recipe(args.adapt_steps, last), *args.adapt_sets]
+  own = (kshot.adapt_overrides(init, args.adapt_steps, last) if init is not None
+         else kshot.adapt_recipe(args.adapt_steps, last))
+  return [*own, *args.adapt_sets]
 
 
 def train(out: pathlib.Path, args: Any, preset: str, spec: str, seed: int, tag: str,
@@ -296,13 +298,12 @@ def train(out: pathlib.Path, args: Any, preset: str, spec: str, seed: int, tag: 
   when ``last``), resumed or reused when its workdir exists; returns the workdir and what the
   cell records about it."""
   from benchmarks import retrieval_quality
-  recipe = adaptation(args, last) if init else []
-  start = [f"train.init_model={init.resolve()}"] if init else []
   # An adaptation's folder is named by its recipe too: a workdir refuses another config, and
   # the models it starts from stay where they are.
-  folder = _runs(out, [*args.overrides, *recipe])
+  folder = _runs(out, [*args.overrides, *(adaptation(args, last) if init else [])])
   summary = retrieval_quality.run_hyset(preset, "hyset", [*args.overrides, f"data.spec={spec}",
-                                                          *start, *recipe], seed, folder, tag)
+                                                          *(adaptation(args, last, init) if init
+                                                            else [])], seed, folder, tag)
   record = {"tag": tag, "preset": preset, "kind": "adapt" if init else "full",
             "steps": summary.get("steps"), "wall_s": summary.get("wall_s"),
             "workdir": summary["workdir"]}
@@ -450,7 +451,7 @@ def tables(plan: list[Cell], out: pathlib.Path, args: Any) -> list[dict]:
   """One paper_report.table per (setting, data set), with its setting, wall time and the
   paper's figure; then the derived ratios, which need other settings' rows."""
   from benchmarks import paper_report
-  docs, comp5 = [], {}
+  docs, pooled_by = [], {}
   for setting, data in dict.fromkeys((c.setting, c.data) for c in plan):
     cells = [c for c in plan if (c.setting, c.data) == (setting, data)]
     first = min((c.seed for c in cells if c.seed is not None), default=0)
@@ -463,14 +464,14 @@ def tables(plan: list[Cell], out: pathlib.Path, args: Any) -> list[dict]:
                                                            for c in cells), 1),
                paper=_paper(setting, data))
     if setting.startswith("UC-"):
-      comp5[setting, data] = pooled = uc_pooled(cells, out, setting, data, args.max_queries)
+      pooled_by[setting, data] = pooled = uc_pooled(cells, out, setting, data, args.max_queries)
       doc["labels"] = {kind: labels(pooled.comp5, mask) | {"seeds": list(pooled.seeds)}
                        for kind, mask in pooled.masks.items()}
     docs.append(doc)
   for doc in docs:
-    full = comp5.get(("UC-full", doc["data"]))
+    full = pooled_by.get(("UC-full", doc["data"]))
     if doc["setting"] != "UC-full" and "labels" in doc and full is not None:
-      pooled = comp5[doc["setting"], doc["data"]]
+      pooled = pooled_by[doc["setting"], doc["data"]]
       # The same seeds, so the same test queries in the same order (each seed's split).
       same = full.seeds == pooled.seeds
       for kind, lab in doc["labels"].items():
